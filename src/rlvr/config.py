@@ -1,0 +1,352 @@
+"""Configuration: a pydantic v2 schema, YAML loading, dotted overrides and errors that name the fix.
+
+    cfg = load_config("recipes/grpo.yaml", ["train.steps=50", "optim.lr=3e-4"])
+
+Pluggable sections (`task`, `algorithm.advantage`, `algorithm.loss`, `rewards[i]`) are a `name` plus that
+component's own parameters; they are checked against the registered component's signature when the config
+is validated, so `rlvr config show` prints every default that will be used.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import pydantic
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+class ConfigError(ValueError):
+    """A configuration problem. The message names the key, what was expected and what was got."""
+
+    def __init__(self, problems: list[str] | str, source: str | None = None):
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        head = f"Invalid configuration{f' in {source}' if source else ''}:"
+        super().__init__("\n".join([head, *(f"  - {p}" for p in self.problems)]))
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ComponentSpec(BaseModel):
+    """`name` of a registered component plus its parameters (all other keys). A bare string is a name."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            return {"name": v}
+        return v
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class RewardSpec(ComponentSpec):
+    weight: float = 1.0
+
+
+class RunConfig(Strict):
+    name: str | None = Field(None, description="Run name; default: the recipe's file name.")
+    dir: Path | None = Field(None, description="Run directory; default: <output_dir>/<name>-<timestamp>.")
+    output_dir: Path = Path("runs")
+    seed: int = Field(0, ge=0, description="Seeds every random choice: data order, sampling, init.")
+
+
+class ModelConfig(Strict):
+    path: str = Field("builtin", description="Local HF checkpoint dir, or 'builtin' for the shipped model.")
+    reference_path: str | None = Field(None, description="Frozen reference for the KL term; default: path.")
+    tokenizer_path: str | None = Field(None, description="Tokenizer dir; default: path.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="auto: float32 on CPU, bfloat16 on GPU."
+    )
+    device: str = Field("auto", description="auto, cpu, cuda, cuda:N or mps.")
+    chat_template: Literal["auto", "on", "off"] = Field(
+        "auto", description="auto: use the tokenizer's chat template when it has one."
+    )
+    trust_remote_code: bool = False
+    gradient_checkpointing: bool = False
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", v):
+            raise ValueError("expected one of auto, cpu, mps, cuda, cuda:N")
+        return v
+
+
+class RolloutConfig(Strict):
+    engine: str = Field("hf", description="Rollout engine: hf (transformers generate).")
+    n: int = Field(8, ge=1, description="Samples per prompt (the group size).")
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=0, description="0 disables top-k.")
+    max_new_tokens: int = Field(256, ge=1)
+    stop: list[str] = Field(default_factory=list, description="Stop strings; the match is kept.")
+    batch_size: int = Field(256, ge=1, description="Sequences per generate call (a memory knob).")
+
+
+class OptimConfig(Strict):
+    lr: float = Field(1e-6, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = Field(1e-8, gt=0)
+    warmup_steps: int = Field(0, ge=0, description="Linear warm-up, in optimizer steps.")
+    schedule: Literal["constant", "cosine", "linear"] = "constant"
+    min_lr_ratio: float = Field(0.0, ge=0, le=1)
+    grad_clip: float | None = Field(1.0, gt=0, description="Max global grad norm; null disables.")
+
+
+class TrainConfig(Strict):
+    steps: int = Field(100, ge=1, description="RL steps (one rollout batch each).")
+    prompts_per_step: int = Field(16, ge=1)
+    ppo_epochs: int = Field(1, ge=1, description="Passes over each rollout batch.")
+    mini_batches: int = Field(1, ge=1, description="Optimizer steps per pass.")
+    micro_batch_size: int = Field(64, ge=1, description="Sequences per forward/backward (grad accumulation).")
+    recompute_old_logprobs: bool = Field(
+        False, description="Recompute old log-probs with a learner forward instead of using the engine's."
+    )
+    max_fault_steps: int = Field(3, ge=1, description="Consecutive non-finite steps before the run stops.")
+
+
+class AlgorithmConfig(Strict):
+    advantage: ComponentSpec = Field(default_factory=lambda: ComponentSpec(name="grpo"))
+    loss: ComponentSpec = Field(default_factory=lambda: ComponentSpec(name="ppo_clip"))
+    loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"] = "token_mean"
+    kl_coef: float = Field(0.0, ge=0, description="Weight of the KL-to-reference term; 0 loads no reference.")
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+
+
+class CheckpointConfig(Strict):
+    every: int = Field(0, ge=0, description="Save every N steps; 0 saves only at the end.")
+    keep_last: int = Field(2, ge=1, description="Checkpoints kept; the newest valid one is never deleted.")
+
+
+class EvalConfig(Strict):
+    before: bool = Field(False, description="Evaluate the starting model on the held-out split.")
+    after: bool = Field(False, description="Evaluate the final model on the held-out split.")
+    every: int = Field(0, ge=0, description="Also evaluate every N steps; 0 disables.")
+    n: int = Field(8, ge=1, description="Samples per held-out prompt.")
+    ks: list[int] = Field(default_factory=lambda: [1], description="k values for pass@k (each <= n).")
+    size: int | None = Field(None, ge=1, description="Held-out prompts to use; default: all.")
+    temperature: float | None = Field(None, gt=0, description="Default: rollout.temperature.")
+
+    @field_validator("ks")
+    @classmethod
+    def _ks(cls, ks: list[int], info: pydantic.ValidationInfo) -> list[int]:
+        n = info.data.get("n", 1)
+        if not ks or any(k < 1 or k > n for k in ks):
+            raise ValueError(f"each k must lie in 1..eval.n={n}")
+        return ks
+
+
+class LoggingConfig(Strict):
+    console_every: int = Field(1, ge=1, description="Print a metrics line every N steps.")
+    progress: bool = Field(True, description="Show a progress bar (off when not a terminal).")
+
+
+class Config(Strict):
+    """A full training run."""
+
+    run: RunConfig = Field(default_factory=RunConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    task: ComponentSpec = Field(default_factory=lambda: ComponentSpec(name="addition"))
+    rewards: list[RewardSpec] = Field(default_factory=lambda: [RewardSpec(name="correctness")])
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+
+    @model_validator(mode="after")
+    def _bind_components(self) -> Config:
+        problems = resolve_components(self)
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+
+# -- SFT -----------------------------------------------------------------------------------------------
+
+
+class SFTDataConfig(Strict):
+    path: Path = Field(..., description="JSONL (or Parquet) file with prompt and completion columns.")
+    prompt_column: str = "prompt"
+    completion_column: str = "completion"
+    max_length: int = Field(512, ge=2, description="Examples longer than this (tokens) are dropped.")
+
+
+class SFTTrainConfig(Strict):
+    steps: int = Field(1000, ge=1)
+    batch_size: int = Field(32, ge=1)
+    micro_batch_size: int = Field(64, ge=1)
+
+
+class SFTConfig(Strict):
+    """Supervised fine-tuning on prompt/completion pairs (loss on completion tokens only)."""
+
+    run: RunConfig = Field(default_factory=RunConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    data: SFTDataConfig
+    train: SFTTrainConfig = Field(default_factory=SFTTrainConfig)
+    optim: OptimConfig = Field(default_factory=lambda: OptimConfig(lr=1e-4))
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+
+
+# -- component binding ---------------------------------------------------------------------------------
+
+
+def resolve_components(cfg: Config) -> list[str]:
+    """Check each pluggable section against its registry and fill in its defaults. Returns problems."""
+    from rlvr.algorithms import ADVANTAGES, LOSSES
+    from rlvr.registry import RegistryError
+    from rlvr.rewards import REWARDS
+    from rlvr.rollout import ENGINES
+    from rlvr.tasks import TASKS
+
+    problems: list[str] = []
+
+    def fill(spec: ComponentSpec, registry: Any, where: str) -> None:
+        try:
+            resolved = registry.resolve(spec.name, spec.params, where)
+        except RegistryError as err:
+            problems.extend(str(err).splitlines())
+            return
+        for k, v in resolved.items():
+            setattr(spec, k, v)
+
+    fill(cfg.task, TASKS, "task")
+    fill(cfg.algorithm.advantage, ADVANTAGES, "algorithm.advantage")
+    fill(cfg.algorithm.loss, LOSSES, "algorithm.loss")
+    for i, r in enumerate(cfg.rewards):
+        fill(r, REWARDS, f"rewards[{i}]")
+    if cfg.rollout.engine not in ENGINES:
+        problems.append(f"rollout.engine: unknown engine '{cfg.rollout.engine}'. Available: "
+                        f"{', '.join(ENGINES.names())}")
+    if not cfg.rewards:
+        problems.append("rewards: at least one reward component is needed")
+    if cfg.algorithm.advantage.name in ADVANTAGES and getattr(
+        ADVANTAGES.get(cfg.algorithm.advantage.name), "needs_group", False
+    ) and cfg.rollout.n < 2:
+        problems.append(
+            f"rollout.n: the '{cfg.algorithm.advantage.name}' advantage normalizes within each group of "
+            f"samples, so it needs rollout.n >= 2; got {cfg.rollout.n}"
+        )
+    total_rows = cfg.train.prompts_per_step * cfg.rollout.n
+    if cfg.train.mini_batches > total_rows:
+        problems.append(
+            f"train.mini_batches: {cfg.train.mini_batches} mini-batches cannot be cut from "
+            f"{total_rows} samples per step (train.prompts_per_step x rollout.n)"
+        )
+    return problems
+
+
+# -- loading -------------------------------------------------------------------------------------------
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """`a.b.c=value` -> (["a","b","c"], value), the value parsed as YAML (numbers, bools, lists)."""
+    if "=" not in item:
+        raise ConfigError(f"override '{item}': expected key.sub=value")
+    key, raw = item.split("=", 1)
+    key = key.strip()
+    if not re.fullmatch(r"[A-Za-z_][\w]*(\.[\w]+)*", key):
+        raise ConfigError(f"override '{item}': '{key}' is not a dotted key like train.steps")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.split("."), value
+
+
+def _component_default(schema: type[BaseModel] | None, path: list[str]) -> dict[str, Any]:
+    """For a missing section that is a component (task, algorithm.advantage, ...), its default name."""
+    model: Any = schema
+    field = None
+    for part in path:
+        field = getattr(model, "model_fields", {}).get(part) if model is not None else None
+        if field is None:
+            return {}
+        model = field.annotation if isinstance(field.annotation, type) else None
+    if field is not None and model is not None and issubclass(model, ComponentSpec) and field.default_factory:
+        return {"name": field.default_factory().name}  # type: ignore[call-arg]
+    return {}
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str], schema: type[BaseModel] | None = None
+                    ) -> dict[str, Any]:
+    for item in overrides:
+        path, value = parse_override(item)
+        node: Any = data
+        for i, part in enumerate(path[:-1]):
+            if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+                continue
+            nxt = node.get(part) if isinstance(node, dict) else None
+            if nxt is None:
+                nxt = _component_default(schema, path[: i + 1])
+                node[part] = nxt
+            elif isinstance(nxt, str) and i + 1 < len(path):
+                nxt = {"name": nxt}  # `task: addition` then `task.digits=...`
+                node[part] = nxt
+            elif not isinstance(nxt, (dict, list)):
+                raise ConfigError(f"override '{item}': '{'.'.join(path[: i + 1])}' is a value, not a section")
+            node = nxt
+        last = path[-1]
+        if isinstance(node, list):
+            if not (last.isdigit() and int(last) < len(node)):
+                raise ConfigError(f"override '{item}': list index '{last}' out of range")
+            node[int(last)] = value
+        else:
+            node[last] = value
+    return data
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"recipe file '{path}' not found (looked for {p.resolve()})")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections at the top, got {type(data).__name__}")
+    return data
+
+
+def validate(schema: type[Strict], data: dict[str, Any], source: str | None = None) -> Any:
+    try:
+        return schema.model_validate(data)
+    except pydantic.ValidationError as err:
+        raise ConfigError(format_validation_error(err, schema), source) from None
+
+
+def load_config(path: str | Path | None, overrides: list[str] | None = None, schema: type[Strict] = Config):
+    """Read a recipe, apply `key.sub=value` overrides and validate. Raises ConfigError."""
+    data = read_yaml(path) if path is not None else {}
+    data = apply_overrides(data, list(overrides or []), schema)
+    cfg = validate(schema, data, str(path) if path else None)
+    if cfg.run.name is None:
+        cfg.run.name = Path(path).stem if path else schema.__name__.lower().replace("config", "") or "run"
+    return cfg
+
+
+def dump_config(cfg: BaseModel) -> str:
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False, default_flow_style=None)
+
+
+def format_validation_error(err: pydantic.ValidationError, schema: type[BaseModel]) -> list[str]:
+    from rlvr.registry import format_pydantic_errors
+
+    return format_pydantic_errors(err, schema)

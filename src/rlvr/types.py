@@ -1,0 +1,167 @@
+"""The data protocol: plain dataclasses that flow one way through the stages.
+
+    Task --TaskRecord--> Rollout --Group[Sample]--> Reward --> Advantage --> Batch --> Learner
+
+`Sample` is one sampled response, `Group` all samples of one prompt, and `Batch` the learner's tensor view
+of many groups. `Batch.from_groups` is the only place that turns samples into tensors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+import torch
+
+
+@dataclass
+class TaskRecord:
+    """One problem: what the task hands to the rollout stage."""
+
+    id: str
+    question: str
+    answer: Any = None
+    difficulty: float | int | None = None
+    source: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Sample:
+    """One sampled response to one prompt.
+
+    `response_ids`, `logprobs` and `loss_mask` have one entry per response token. `logprobs` are the
+    behaviour log-probabilities of the sampling policy (temperature applied, before top-p/top-k
+    truncation). Tool-observation tokens (multi-turn) carry `loss_mask` 0.
+    """
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    logprobs: list[float] | None = None
+    loss_mask: list[int] | None = None
+    finish_reason: str = "stop"  # "stop" (EOS or stop string) or "length"
+    policy_version: int = 0
+    text: str = ""
+    rewards: dict[str, float] = field(default_factory=dict)
+    reward: float = 0.0
+    correct: bool | None = None
+    advantage: float | list[float] | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.loss_mask is None:
+            self.loss_mask = [1] * len(self.response_ids)
+        n = len(self.response_ids)
+        if len(self.loss_mask) != n:
+            raise ValueError(f"loss_mask has {len(self.loss_mask)} entries for {n} response tokens")
+        if self.logprobs is not None and len(self.logprobs) != n:
+            raise ValueError(f"logprobs has {len(self.logprobs)} entries for {n} response tokens")
+
+    @property
+    def truncated(self) -> bool:
+        return self.finish_reason == "length"
+
+
+@dataclass
+class Group:
+    """All samples of one prompt, with the prompt's task record."""
+
+    record: TaskRecord
+    prompt_ids: list[int]
+    samples: list[Sample]
+    prompt_text: str = ""
+
+    @property
+    def rewards(self) -> list[float]:
+        return [s.reward for s in self.samples]
+
+
+@dataclass
+class Batch:
+    """The learner's tensor view of a list of groups: prompt+response rows, right-padded.
+
+    Per-token tensors have shape [B, T] and are indexed by the token they describe: `old_logprobs[b, t]`
+    is log p(input_ids[b, t] | input_ids[b, :t]). Column 0 is never a response token, so it is always
+    masked out. `mask` is 1 exactly on response tokens that are trained on (loss_mask 1, not padding).
+    """
+
+    input_ids: torch.Tensor  # [B, T] long
+    attention_mask: torch.Tensor  # [B, T] long
+    mask: torch.Tensor  # [B, T] float, trainable response tokens
+    advantages: torch.Tensor  # [B, T] float
+    old_logprobs: torch.Tensor | None  # [B, T] float, behaviour log-probs from the engine
+    group_ids: torch.Tensor  # [B] long, index of the sample's group
+    prompt_lengths: torch.Tensor  # [B] long
+    response_lengths: torch.Tensor  # [B] long
+    rewards: torch.Tensor  # [B] float
+    ref_logprobs: torch.Tensor | None = None  # [B, T], filled by the learner when a KL term is on
+
+    @classmethod
+    def from_groups(cls, groups: Sequence[Group], pad_id: int) -> Batch:
+        rows: list[tuple[int, Sample]] = [(g, s) for g, group in enumerate(groups) for s in group.samples]
+        if not rows:
+            raise ValueError("cannot build a batch from zero samples")
+        B = len(rows)
+        T = max(len(s.prompt_ids) + len(s.response_ids) for _, s in rows)
+        input_ids = torch.full((B, T), pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((B, T), dtype=torch.long)
+        mask = torch.zeros((B, T), dtype=torch.float32)
+        advantages = torch.zeros((B, T), dtype=torch.float32)
+        have_logprobs = all(s.logprobs is not None for _, s in rows)
+        old_logprobs = torch.zeros((B, T), dtype=torch.float32) if have_logprobs else None
+        for b, (_, s) in enumerate(rows):
+            P, R = len(s.prompt_ids), len(s.response_ids)
+            if s.advantage is None:
+                raise ValueError("every sample needs an advantage before the batch is built")
+            input_ids[b, :P] = torch.tensor(s.prompt_ids, dtype=torch.long)
+            input_ids[b, P : P + R] = torch.tensor(s.response_ids, dtype=torch.long)
+            attention_mask[b, : P + R] = 1
+            mask[b, P : P + R] = torch.tensor(s.loss_mask, dtype=torch.float32)
+            adv = s.advantage
+            if isinstance(adv, (list, tuple)):
+                if len(adv) != R:
+                    raise ValueError(f"per-token advantage has {len(adv)} entries for {R} response tokens")
+                advantages[b, P : P + R] = torch.tensor(adv, dtype=torch.float32)
+            else:
+                advantages[b, P : P + R] = float(adv)
+            if old_logprobs is not None:
+                old_logprobs[b, P : P + R] = torch.tensor(s.logprobs, dtype=torch.float32)
+        return cls(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            mask=mask,
+            advantages=advantages,
+            old_logprobs=old_logprobs,
+            group_ids=torch.tensor([g for g, _ in rows], dtype=torch.long),
+            prompt_lengths=torch.tensor([len(s.prompt_ids) for _, s in rows], dtype=torch.long),
+            response_lengths=torch.tensor([len(s.response_ids) for _, s in rows], dtype=torch.long),
+            rewards=torch.tensor([s.reward for _, s in rows], dtype=torch.float32),
+        )
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens the model runs on (prompt + response, no padding)."""
+        return int(self.attention_mask.sum())
+
+    def select(self, index: torch.Tensor | Sequence[int]) -> Batch:
+        """Rows `index`, with trailing columns that are padding in every selected row cut off."""
+        idx = torch.as_tensor(index, dtype=torch.long)
+        width = int(self.attention_mask[idx].sum(dim=1).max())
+        out = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if v is None:
+                out[f.name] = None
+            elif v.dim() == 2:
+                out[f.name] = v[idx, :width]
+            else:
+                out[f.name] = v[idx]
+        return Batch(**out)
+
+    def to(self, device: torch.device | str) -> Batch:
+        return replace(self, **{f.name: getattr(self, f.name).to(device) for f in fields(self)
+                                if getattr(self, f.name) is not None})
