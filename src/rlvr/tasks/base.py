@@ -1,0 +1,156 @@
+"""Task = a prompt source (train and held-out splits) + a prompt template + a verifier.
+
+A task never sees the model. The rollout stage renders its prompts with `PromptRenderer`, which uses the
+tokenizer's chat template when it has one (and the config allows it), else the task's plain template.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, overload
+
+from rlvr.registry import Registry
+from rlvr.types import TaskRecord
+
+TASKS: Registry = Registry("task")
+
+
+class TaskError(ValueError):
+    """A task cannot be built from its config or data (missing file, missing column, bad rows)."""
+
+
+@dataclass
+class VerifyResult:
+    """A verifier's verdict on one response: reward in [0, 1], whether it is fully correct, and why."""
+
+    reward: float
+    correct: bool
+    reason: str
+    extracted: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class Task(abc.ABC):
+    """Base class of every task. Subclasses set the two splits and implement `verify`."""
+
+    name: str = "task"
+    # `{question}` is replaced by the record's question.
+    default_prompt_template: str = "{question}"
+    default_chat_template: str = "{question}"
+    default_system_prompt: str | None = None
+
+    def __init__(
+        self,
+        *,
+        prompt_template: str | None = None,
+        chat_prompt_template: str | None = None,
+        system_prompt: str | None = None,
+    ):
+        self.prompt_template = prompt_template or self.default_prompt_template
+        self.chat_prompt_template = chat_prompt_template or self.default_chat_template
+        self.system_prompt = system_prompt if system_prompt is not None else self.default_system_prompt
+        for tpl, key in ((self.prompt_template, "prompt_template"), (self.chat_prompt_template,
+                                                                      "chat_prompt_template")):
+            if "{question}" not in tpl:
+                raise TaskError(f"task.{key}: must contain '{{question}}'; got {tpl!r}")
+
+    @property
+    @abc.abstractmethod
+    def train(self) -> Sequence[TaskRecord]:
+        """Training prompts. Never overlaps `heldout` (by question text)."""
+
+    @property
+    @abc.abstractmethod
+    def heldout(self) -> Sequence[TaskRecord]:
+        """Held-out prompts for evaluation."""
+
+    @abc.abstractmethod
+    def verify(self, response: str, record: TaskRecord) -> VerifyResult:
+        """Score one decoded response. May raise; the reward stage turns exceptions into reward 0."""
+
+    def plain_prompt(self, record: TaskRecord) -> str:
+        return self.prompt_template.format(question=record.question)
+
+    def chat_messages(self, record: TaskRecord) -> list[dict[str, str]]:
+        messages = []
+        if self.system_prompt:
+            messages.append({"role": "system", "content": self.system_prompt})
+        messages.append({"role": "user", "content": self.chat_prompt_template.format(question=record.question)})
+        return messages
+
+
+def encode_prompt(tokenizer: Any, *, messages: list[dict[str, str]] | None = None,
+                  text: str | None = None) -> tuple[list[int], str]:
+    """Token ids and text of a prompt: chat `messages` through the chat template, or plain `text`."""
+    if messages is not None:
+        rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return list(tokenizer(rendered, add_special_tokens=False)["input_ids"]), rendered
+    assert text is not None
+    return list(tokenizer(text)["input_ids"]), text
+
+
+def uses_chat_template(tokenizer: Any, mode: Literal["auto", "on", "off"] = "auto") -> bool:
+    has_template = bool(getattr(tokenizer, "chat_template", None))
+    if mode == "on" and not has_template:
+        raise TaskError("model.chat_template: 'on' was asked for, but the tokenizer has no chat template")
+    return has_template and mode != "off"
+
+
+class PromptRenderer:
+    """Turns a task record into prompt token ids for one tokenizer."""
+
+    def __init__(self, task: Task, tokenizer: Any, chat_template: Literal["auto", "on", "off"] = "auto"):
+        self.task = task
+        self.tokenizer = tokenizer
+        self.uses_chat = uses_chat_template(tokenizer, chat_template)
+
+    def render(self, record: TaskRecord) -> tuple[list[int], str]:
+        if self.uses_chat:
+            return encode_prompt(self.tokenizer, messages=self.task.chat_messages(record))
+        return encode_prompt(self.tokenizer, text=self.task.plain_prompt(record))
+
+
+class LazySplit(Sequence[TaskRecord]):
+    """A split of `size` records made on demand by `make(index, attempt)`, skipping excluded questions.
+
+    Procedural tasks use it for their training split: record i is the first attempt whose question is not
+    in `exclude` (the held-out questions), so the two splits never overlap and stay deterministic.
+    """
+
+    def __init__(self, size: int, make: Callable[[int, int], TaskRecord], exclude: set[str] | None = None,
+                 max_attempts: int = 100):
+        self.size = size
+        self.make = make
+        self.exclude = exclude or set()
+        self.max_attempts = max_attempts
+
+    def __len__(self) -> int:
+        return self.size
+
+    @overload
+    def __getitem__(self, i: int) -> TaskRecord: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[TaskRecord]: ...
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self.size))]
+        if i < 0:
+            i += self.size
+        if not 0 <= i < self.size:
+            raise IndexError(i)
+        for attempt in range(self.max_attempts):
+            record = self.make(i, attempt)
+            if record.question not in self.exclude:
+                return record
+        raise TaskError(f"could not make a training problem distinct from the held-out set at index {i}; "
+                        "the task's problem space is too small for its eval_size")
+
+    def __iter__(self) -> Iterator[TaskRecord]:
+        return (self[i] for i in range(self.size))
+
+
+def build_task(name: str, params: dict[str, Any] | None = None) -> Task:
+    return TASKS.build(name, params or {}, where="task")

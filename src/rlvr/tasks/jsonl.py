@@ -1,0 +1,157 @@
+"""Any dataset with a prompt column and an answer column, from JSONL or Parquet."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from rlvr.rewards.verifiers import ExtractMode, exact_equal, extract_answer, math_equal, numbers_equal
+from rlvr.tasks.base import TASKS, Task, TaskError, VerifyResult
+from rlvr.types import TaskRecord
+
+log = logging.getLogger(__name__)
+
+
+def read_rows(path: Path) -> list[tuple[int, Any]]:
+    """(line number, row) pairs of a .jsonl or .parquet file; an unparseable JSONL line gives row None.
+
+    Blank lines are skipped but still counted, so a reported row number is the line in the file.
+    """
+    if not path.is_file():
+        raise TaskError(f"task.path: data file '{path}' not found")
+    if path.suffix == ".parquet":
+        try:
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise TaskError("task.path: reading Parquet needs pyarrow: pip install 'rlvr[parquet]'") from None
+        return list(enumerate(pq.read_table(path).to_pylist(), start=1))
+    rows: list[tuple[int, Any]] = []
+    with path.open(encoding="utf-8") as f:
+        for line_no, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append((line_no, json.loads(line)))
+            except json.JSONDecodeError:
+                rows.append((line_no, None))
+    return rows
+
+
+@TASKS.register("jsonl")
+class JsonlTask(Task):
+    """Prompts and reference answers from a file; the answer is extracted and compared by `verifier`.
+
+    Without `eval_path`, a seeded `eval_fraction` of the rows is held out. Rows whose prompt appears in the
+    held-out split are dropped from training. Malformed rows (bad JSON, missing or empty prompt or answer)
+    are skipped and counted (`on_bad_row: skip`) or stop the run with the row number (`error`).
+    """
+
+    name = "jsonl"
+
+    def __init__(
+        self,
+        *,
+        path: str,
+        eval_path: str | None = None,
+        eval_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.1,
+        prompt_column: str = "prompt",
+        answer_column: str = "answer",
+        difficulty_column: str | None = None,
+        source_column: str | None = None,
+        verifier: Literal["exact", "numeric", "math"] = "math",
+        extract: ExtractMode = "auto",
+        on_bad_row: Literal["skip", "error"] = "skip",
+        seed: Annotated[int, Field(ge=0)] = 0,
+        prompt_template: str | None = None,
+        chat_prompt_template: str | None = None,
+        system_prompt: str | None = None,
+    ):
+        super().__init__(prompt_template=prompt_template, chat_prompt_template=chat_prompt_template,
+                         system_prompt=system_prompt)
+        self.columns = {"prompt": prompt_column, "answer": answer_column, "difficulty": difficulty_column,
+                        "source": source_column}
+        self.verifier = verifier
+        self.extract = extract
+        self.on_bad_row = on_bad_row
+        self.bad_rows = 0
+        train = self._load(Path(path), "path")
+        if eval_path:
+            heldout = self._load(Path(eval_path), "eval_path")
+        else:
+            order = list(range(len(train)))
+            random.Random(seed).shuffle(order)
+            n_eval = max(1, round(len(train) * eval_fraction))
+            heldout = [train[i] for i in sorted(order[:n_eval])]
+            train = [train[i] for i in sorted(order[n_eval:])]
+        held_questions = {r.question for r in heldout}
+        self._heldout = heldout
+        self._train = [r for r in train if r.question not in held_questions]
+        if not self._train:
+            raise TaskError(f"task.path: no training rows left in '{path}' after holding out the eval split")
+        if self.bad_rows:
+            log.warning("task: skipped %d malformed rows", self.bad_rows)
+
+    def _load(self, path: Path, key: str) -> list[TaskRecord]:
+        rows = read_rows(path)
+        good = [r for _, r in rows if isinstance(r, dict)]
+        if not good:
+            raise TaskError(f"task.{key}: '{path}' has no rows")
+        present = set().union(*(r.keys() for r in good[:100]))
+        for role in ("prompt", "answer"):
+            col = self.columns[role]
+            if col not in present:
+                raise TaskError(
+                    f"task.{role}_column: column '{col}' not found in '{path}'; columns are: "
+                    f"{', '.join(sorted(present))}. Set task.{role}_column to the right one."
+                )
+        records = []
+        for line_no, row in rows:
+            problem = self._row_problem(row)
+            if problem:
+                if self.on_bad_row == "error":
+                    raise TaskError(f"task.{key}: row {line_no} of '{path}' is malformed: {problem}. "
+                                    "Fix it, or set task.on_bad_row=skip")
+                self.bad_rows += 1
+                continue
+            assert isinstance(row, dict)
+            diff = row.get(self.columns["difficulty"]) if self.columns["difficulty"] else None
+            records.append(TaskRecord(
+                id=f"{path.stem}-{line_no}",
+                question=str(row[self.columns["prompt"]]),
+                answer=str(row[self.columns["answer"]]),
+                difficulty=diff if isinstance(diff, (int, float)) else None,
+                source=str(row.get(self.columns["source"], path.stem)) if self.columns["source"] else path.stem,
+                meta={"row": line_no},
+            ))
+        return records
+
+    def _row_problem(self, row: Any) -> str | None:
+        if not isinstance(row, dict):
+            return "not a JSON object"
+        for role in ("prompt", "answer"):
+            value = row.get(self.columns[role])
+            if value is None or (isinstance(value, str) and not value.strip()):
+                return f"empty or missing '{self.columns[role]}'"
+        return None
+
+    @property
+    def train(self) -> Sequence[TaskRecord]:
+        return self._train
+
+    @property
+    def heldout(self) -> Sequence[TaskRecord]:
+        return self._heldout
+
+    def verify(self, response: str, record: TaskRecord) -> VerifyResult:
+        found = extract_answer(response, self.extract)
+        if found is None:
+            return VerifyResult(0.0, False, "no answer found")
+        check = {"exact": exact_equal, "numeric": numbers_equal, "math": math_equal}[self.verifier]
+        ok, reason = check(found, record.answer)
+        return VerifyResult(float(ok), ok, reason, found)
