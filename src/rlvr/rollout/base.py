@@ -1,0 +1,50 @@
+"""The rollout stage: an engine samples n responses per prompt and returns them as Groups of Samples."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlvr.registry import Registry
+from rlvr.types import Group, Sample, TaskRecord
+
+ENGINES: Registry = Registry("rollout engine")
+
+
+@dataclass
+class SamplingParams:
+    n: int = 1
+    temperature: float = 1.0  # 0 means greedy
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 256
+    stop: list[str] = field(default_factory=list)
+
+
+class RolloutEngine(abc.ABC):
+    """Generates token ids with behaviour log-probs. Token in, token out: prompts arrive as ids."""
+
+    policy_version: int = 0
+
+    @abc.abstractmethod
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Sample]]:
+        """For each prompt, `params.n` samples (prompt_ids, response_ids, logprobs, finish_reason, text)."""
+
+    def sync_weights(self, model: Any, version: int) -> None:
+        """Make the engine sample from `model`'s current weights, tagged as policy `version`."""
+        self.policy_version = version
+
+
+def rollout_groups(
+    engine: RolloutEngine,
+    renderer: Any,
+    records: Sequence[TaskRecord],
+    params: SamplingParams,
+) -> list[Group]:
+    """Render each record's prompt, sample `params.n` responses for it, and return one Group per record."""
+    rendered = [renderer.render(r) for r in records]
+    samples = engine.generate([ids for ids, _ in rendered], params)
+    return [Group(record=r, prompt_ids=ids, samples=s, prompt_text=text)
+            for r, (ids, text), s in zip(records, rendered, samples)]
