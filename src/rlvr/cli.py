@@ -1,0 +1,193 @@
+"""The `rlvr` command line: train, sft, eval, config."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from rlvr import __version__
+
+app = typer.Typer(
+    name="rlvr",
+    help="Reinforcement-learning post-training of language models with verifiable rewards.\n\n"
+    "Recipes are YAML files (see recipes/); any key can be overridden on the command line as key.sub=value.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+config_app = typer.Typer(help="Inspect configurations.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from rlvr.config import ConfigError
+    from rlvr.models import ModelError
+    from rlvr.registry import RegistryError
+    from rlvr.tasks import TaskError
+    from rlvr.trainer.loop import TrainingError
+
+    return (ConfigError, ModelError, RegistryError, TaskError, TrainingError, FileNotFoundError)
+
+
+def _fail(err: BaseException) -> None:
+    from rlvr.runtime import console
+
+    console.print(f"[bold red]error:[/bold red] {err}", highlight=False)
+    raise typer.Exit(code=2)
+
+
+def _split_args(args: list[str] | None) -> tuple[str | None, list[str]]:
+    """The one argument without '=' is the recipe path; the others are key.sub=value overrides."""
+    recipe, overrides = None, []
+    for a in args or []:
+        if "=" in a and not Path(a).exists():
+            overrides.append(a)
+        elif recipe is None:
+            recipe = a
+        else:
+            raise typer.BadParameter(f"got two recipe files ('{recipe}' and '{a}'); overrides need key=value")
+    return recipe, overrides
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"rlvr {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[Optional[bool], typer.Option("--version", callback=_version_callback, is_eager=True,
+                                                    help="Print the version and exit.")] = None,
+) -> None:
+    pass
+
+
+ARGS_HELP = "A recipe YAML file, then any number of key.sub=value overrides (e.g. train.steps=50 optim.lr=3e-4)."
+
+
+@app.command()
+def train(
+    args: Annotated[Optional[list[str]], typer.Argument(help=ARGS_HELP, show_default=False)] = None,
+    resume: Annotated[Optional[Path], typer.Option(
+        "--resume", help="Continue the run in this directory from its newest complete checkpoint. Its saved "
+        "config is used; overrides given here are applied on top.")] = None,
+    stop_after: Annotated[Optional[int], typer.Option(
+        "--stop-after", help="Stop (with a checkpoint) once this many steps are done; resume later.")] = None,
+) -> None:
+    """Train a policy with RL (GRPO by default) as a recipe describes.
+
+    Writes a run directory with config.yaml, versions.json, metrics.jsonl, checkpoints/, final/ (a plain
+    Hugging Face model directory) and eval_*.json.
+
+    Example: rlvr train recipes/grpo.yaml train.steps=50 run.dir=runs/try1
+    """
+    from rlvr.config import load_config
+
+    try:
+        recipe, overrides = _split_args(args)
+        if resume is not None:
+            if recipe is not None:
+                raise _user_errors()[0](f"--resume takes the config saved in {resume}; drop '{recipe}' "
+                                        "(overrides are still allowed)")
+            cfg = load_config(resume / "config.yaml", [*overrides, f"run.dir={resume}"])
+        else:
+            if recipe is None:
+                raise typer.BadParameter("give a recipe file (e.g. recipes/grpo.yaml) or --resume RUN_DIR")
+            cfg = load_config(recipe, overrides)
+        from rlvr.trainer.loop import train as run_train
+
+        run_train(cfg, resume=resume is not None, stop_after=stop_after)
+    except _user_errors() as err:
+        _fail(err)
+
+
+@app.command()
+def sft(args: Annotated[list[str], typer.Argument(help=ARGS_HELP, show_default=False)]) -> None:
+    """Supervised fine-tuning on a JSONL/Parquet file of prompt/completion pairs.
+
+    The loss covers completion tokens and the EOS token only. The final model is written to
+    <run dir>/final as a Hugging Face model directory.
+
+    Example: rlvr sft recipes/sft.yaml data.path=traces.jsonl model.path=builtin
+    """
+    from rlvr.config import SFTConfig, load_config
+    from rlvr.trainer.sft import run_sft
+
+    try:
+        recipe, overrides = _split_args(args)
+        run_sft(load_config(recipe, overrides, schema=SFTConfig))
+    except _user_errors() as err:
+        _fail(err)
+
+
+@app.command("eval")
+def eval_cmd(
+    model_dir: Annotated[str, typer.Argument(help="A Hugging Face model directory (e.g. RUN/final), or 'builtin'.")],
+    overrides: Annotated[Optional[list[str]], typer.Argument(
+        help="key.sub=value overrides, e.g. task.digits=[3,4] rollout.max_new_tokens=128.",
+        show_default=False)] = None,
+    task: Annotated[Optional[str], typer.Option("--task", "-t", help="Task name (e.g. addition, "
+                                                "reasoning_gym, jsonl). Default: the recipe's, else addition.")] = None,
+    n: Annotated[int, typer.Option("--n", help="Samples per held-out prompt.")] = 8,
+    k: Annotated[str, typer.Option("--k", help="Comma-separated k values for pass@k (each <= n).")] = "1",
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the full result as JSON here.")] = None,
+    config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Take task, rollout and model "
+                                                   "settings from this recipe.")] = None,
+    temperature: Annotated[Optional[float], typer.Option(help="Sampling temperature (default: the recipe's "
+                                                         "rollout.temperature, 1.0).")] = None,
+    size: Annotated[Optional[int], typer.Option(help="Use only the first SIZE held-out prompts.")] = None,
+) -> None:
+    """Evaluate a model on a task's held-out split: unbiased pass@k, accuracy, mean length.
+
+    Example: rlvr eval builtin --task addition --n 16 --k 1,4,16 --out before.json
+    """
+    from rlvr.config import load_config
+    from rlvr.eval.run import run_eval
+
+    try:
+        ks = [int(x) for x in k.split(",") if x.strip()]
+    except ValueError:
+        _fail(ValueError(f"--k: expected comma-separated integers like 1,4,16; got '{k}'"))
+    extra = [f"eval.n={n}", f"eval.ks={ks}", f"model.path={model_dir}"]
+    if task is not None:
+        extra.append(f"task.name={task}")
+    if temperature is not None:
+        extra.append(f"eval.temperature={temperature}")
+    if size is not None:
+        extra.append(f"eval.size={size}")
+    try:
+        cfg = load_config(config, [*extra, *(overrides or [])])
+        run_eval(cfg, model_dir, out)
+    except _user_errors() as err:
+        _fail(err)
+
+
+@config_app.command("show")
+def config_show(
+    args: Annotated[list[str], typer.Argument(help=ARGS_HELP, show_default=False)],
+    sft: Annotated[bool, typer.Option("--sft", help="Read it as an SFT config.")] = False,
+) -> None:
+    """Print the fully resolved config (every default filled in) as YAML."""
+    from rlvr.config import Config, SFTConfig, dump_config, load_config
+
+    try:
+        recipe, overrides = _split_args(args)
+        cfg = load_config(recipe, overrides, schema=SFTConfig if sft else Config)
+        typer.echo(dump_config(cfg), nl=False)
+    except _user_errors() as err:
+        _fail(err)
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

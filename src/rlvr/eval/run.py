@@ -1,0 +1,62 @@
+"""`rlvr eval`: load a model directory, evaluate it on a task's held-out split, print and save the result."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlvr.config import Config
+from rlvr.eval.evaluate import evaluate, write_results
+from rlvr.models import check_vocab, load_causal_lm, load_tokenizer, resolve_device, resolve_dtype
+from rlvr.rollout import ENGINES, SamplingParams
+from rlvr.runtime import ProgressReporter, console, seed_everything, step_seed
+from rlvr.tasks import PromptRenderer, build_task
+
+
+def run_eval(cfg: Config, model_path: str, out: Path | None) -> dict[str, Any]:
+    seed_everything(cfg.run.seed)
+    task = build_task(cfg.task.name, cfg.task.params)
+    device = resolve_device(cfg.model.device)
+    tokenizer = load_tokenizer(cfg.model.tokenizer_path or model_path,
+                               trust_remote_code=cfg.model.trust_remote_code, key="MODEL_DIR")
+    model = load_causal_lm(model_path, dtype=resolve_dtype(cfg.model.dtype, device), device=device,
+                           trust_remote_code=cfg.model.trust_remote_code, trainable=False, key="MODEL_DIR")
+    check_vocab(tokenizer, model)
+    renderer = PromptRenderer(task, tokenizer, cfg.model.chat_template)
+    engine = ENGINES.build(cfg.rollout.engine, {}, where="rollout.engine", model=model, tokenizer=tokenizer,
+                           batch_size=cfg.rollout.batch_size)
+    records = list(task.heldout)[: cfg.eval.size] if cfg.eval.size else list(task.heldout)
+    params = SamplingParams(n=cfg.eval.n, temperature=cfg.eval.temperature or cfg.rollout.temperature,
+                            top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k,
+                            max_new_tokens=cfg.rollout.max_new_tokens, stop=list(cfg.rollout.stop))
+    torch.manual_seed(step_seed(cfg.run.seed, 10**9))
+    with ProgressReporter("eval", len(records), cfg.logging.progress) as progress:
+        result = evaluate(engine, renderer, task, records, params, cfg.eval.ks,
+                          on_progress=lambda done, total: progress.update(done))
+    result.update(model=str(model_path), task=cfg.task.model_dump(mode="json"))
+    if out is not None:
+        write_results(result, out)
+    print_result(result)
+    return result
+
+
+def print_result(result: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{result.get('model', 'model')} on {result['num_prompts']} held-out prompts, "
+                        f"n={result['n']}, T={result['temperature']}")
+    table.add_column("slice")
+    ks = list(result["pass@k"])
+    for k in ks:
+        table.add_column(f"pass@{k}", justify="right")
+    table.add_column("prompts", justify="right")
+    table.add_row("all", *(f"{100 * result['pass@k'][k]:.1f}%" for k in ks), str(result["num_prompts"]))
+    for key in ("by_difficulty", "by_source"):
+        for name, sub in result.get(key, {}).items():
+            table.add_row(f"{key[3:]}={name}", *(f"{100 * sub['pass@k'][k]:.1f}%" for k in ks),
+                          str(sub["num_prompts"]))
+    console.print(table)
+    console.print(f"accuracy {100 * result['accuracy']:.1f}%  mean length {result['mean_length']:.1f} tokens  "
+                  f"truncated {100 * result['truncated_frac']:.1f}%  ({result.get('seconds', 0)} s)")

@@ -1,0 +1,128 @@
+"""Run plumbing shared by the commands: run directories, seeding, package versions, console progress."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import logging
+import platform
+import random
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from rlvr.config import ConfigError, dump_config
+
+PACKAGES = ("rlvr", "torch", "transformers", "tokenizers", "safetensors", "pydantic", "numpy", "reasoning-gym",
+            "math-verify", "peft", "ray", "vllm", "trl")
+
+console = Console(stderr=True, soft_wrap=True)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def step_seed(seed: int, step: int) -> int:
+    """The seed of RL step `step`: sampling is a function of (weights, seed, step), so resume is exact."""
+    return seed * 1_000_003 + step
+
+
+def package_versions() -> dict[str, Any]:
+    versions: dict[str, Any] = {"python": sys.version.split()[0], "platform": platform.platform()}
+    for name in PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    versions["cuda"] = torch.version.cuda if torch.cuda.is_available() else None
+    versions["torch_threads"] = torch.get_num_threads()
+    return versions
+
+
+def prepare_run_dir(cfg: Any, resume: bool) -> Path:
+    """Create (or, when resuming, check) the run directory and write config.yaml and versions.json."""
+    if cfg.run.dir is None:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        cfg.run.dir = Path(cfg.run.output_dir) / f"{cfg.run.name}-{stamp}"
+    run_dir = Path(cfg.run.dir)
+    if resume:
+        if not (run_dir / "config.yaml").is_file():
+            raise ConfigError(f"--resume: '{run_dir}' is not a run directory (no config.yaml in it)")
+    elif (run_dir / "config.yaml").exists():
+        raise ConfigError(f"run.dir: '{run_dir}' already holds a run. Continue it with --resume {run_dir}, "
+                          "or choose another run.dir")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(dump_config(cfg))
+    (run_dir / "versions.json").write_text(json.dumps(package_versions(), indent=2) + "\n")
+    return run_dir
+
+
+def attach_log_file(run_dir: Path) -> logging.Handler:
+    handler = logging.FileHandler(run_dir / "train.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("rlvr")
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    root.propagate = False  # the console shows the progress line and metrics; details go to train.log
+    return handler
+
+
+def format_metrics(metrics: dict[str, Any], keys: tuple[str, ...]) -> str:
+    parts = []
+    for k in keys:
+        v = metrics.get(k)
+        if isinstance(v, float):
+            parts.append(f"{k} {v:.3g}" if abs(v) < 1000 else f"{k} {v:.0f}")
+        elif v is not None:
+            parts.append(f"{k} {v}")
+    return "  ".join(parts)
+
+
+class ProgressReporter:
+    """A rich progress bar with a live line of key metrics; plain lines when stderr is not a terminal."""
+
+    def __init__(self, title: str, total: int, enabled: bool = True, completed: int = 0):
+        self.title = title
+        self.total = total
+        self.live = enabled and console.is_terminal
+        self.enabled = enabled
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("<"), TimeRemainingColumn(), TextColumn("{task.fields[line]}"),
+            console=console, disable=not self.live,
+        )
+        self.task = self.progress.add_task(title, total=total, completed=completed, line="")
+
+    def __enter__(self) -> ProgressReporter:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.progress.__exit__(*exc)
+
+    def update(self, completed: int, line: str = "", print_line: bool = False) -> None:
+        self.progress.update(self.task, completed=completed, line=line)
+        if print_line and self.enabled:
+            self.progress.console.print(f"[dim]{self.title} {completed}/{self.total}[/dim]  {line}",
+                                        highlight=False)
+
+
+@contextmanager
+def timed() -> Iterator[dict[str, float]]:
+    box: dict[str, float] = {}
+    start = time.perf_counter()
+    try:
+        yield box
+    finally:
+        box["seconds"] = time.perf_counter() - start

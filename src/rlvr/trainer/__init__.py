@@ -1,0 +1,1 @@
+"""Training: the synchronous RL loop, the learner, SFT, checkpoints."""

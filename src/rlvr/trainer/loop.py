@@ -1,0 +1,254 @@
+"""The synchronous RL controller. Read top to bottom, it is the algorithm:
+
+    for each step:
+        prompts  = sampler.next(prompts_per_step)              which prompts
+        groups   = rollout(engine, prompts, n)                 n samples each, with behaviour log-probs
+        rewards  = reward_fn(groups)                           verifiers, weighted components
+        adv      = advantage_fn(rewards, group_ids)            e.g. GRPO group normalization
+        metrics  = learner.update(Batch.from_groups(groups))   PPO-clip epochs / mini-batches
+        engine.sync_weights(policy, version = step)            the sampler now uses the new policy
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlvr.algorithms import ADVANTAGES
+from rlvr.config import Config
+from rlvr.eval import evaluate, write_results
+from rlvr.models import (
+    check_vocab,
+    load_causal_lm,
+    load_tokenizer,
+    resolve_device,
+    resolve_dtype,
+    resolve_model_path,
+)
+from rlvr.rewards import RewardFunction
+from rlvr.rollout import ENGINES, SamplingParams, rollout_groups
+from rlvr.runtime import (
+    ProgressReporter,
+    attach_log_file,
+    console,
+    format_metrics,
+    prepare_run_dir,
+    seed_everything,
+    step_seed,
+)
+from rlvr.sampling import PromptSampler
+from rlvr.tasks import PromptRenderer, build_task
+from rlvr.tracking import JsonlSink
+from rlvr.trainer.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint, save_hf_dir, set_rng_state
+from rlvr.trainer.learner import Learner
+from rlvr.types import Batch, Group
+
+log = logging.getLogger("rlvr.train")
+
+CONSOLE_KEYS = ("reward", "acc", "len", "entropy", "kl", "clip", "step_s")
+
+
+class TrainingError(RuntimeError):
+    """The run cannot continue (e.g. repeated non-finite steps). A valid checkpoint has been written."""
+
+
+def train(cfg: Config, *, resume: bool = False, stop_after: int | None = None) -> Path:
+    """Run (or resume) GRPO-style training. Returns the run directory.
+
+    `stop_after` ends this invocation after that many steps in total, as if interrupted (tests use it).
+    """
+    # Everything that can fail on bad input is checked before the run directory or any compute exists.
+    task = build_task(cfg.task.name, cfg.task.params)
+    tokenizer = load_tokenizer(cfg.model.tokenizer_path or cfg.model.path,
+                               trust_remote_code=cfg.model.trust_remote_code,
+                               key="model.tokenizer_path" if cfg.model.tokenizer_path else "model.path")
+    resolve_model_path(cfg.model.path)
+    if cfg.algorithm.kl_coef > 0 and cfg.model.reference_path:
+        resolve_model_path(cfg.model.reference_path, "model.reference_path")
+    device = resolve_device(cfg.model.device)
+    PromptRenderer(task, tokenizer, cfg.model.chat_template)
+
+    run_dir = prepare_run_dir(cfg, resume)
+    log_handler = attach_log_file(run_dir)
+    try:
+        return _train(cfg, run_dir, resume, stop_after, task, tokenizer, device)
+    finally:
+        logging.getLogger("rlvr").removeHandler(log_handler)
+        log_handler.close()
+
+
+def _train(cfg: Config, run_dir: Path, resume: bool, stop_after: int | None, task: Any, tokenizer: Any,
+           device: torch.device) -> Path:
+    seed_everything(cfg.run.seed)
+    dtype = resolve_dtype(cfg.model.dtype, device)
+    checkpoint = latest_checkpoint(run_dir) if resume else None
+    policy = load_causal_lm(checkpoint or cfg.model.path, dtype=dtype, device=device,
+                            trust_remote_code=cfg.model.trust_remote_code,
+                            gradient_checkpointing=cfg.model.gradient_checkpointing)
+    check_vocab(tokenizer, policy)
+    reference = None
+    if cfg.algorithm.kl_coef > 0:
+        reference = load_causal_lm(cfg.model.reference_path or cfg.model.path, dtype=dtype, device=device,
+                                   trust_remote_code=cfg.model.trust_remote_code, trainable=False,
+                                   key="model.reference_path" if cfg.model.reference_path else "model.path")
+    renderer = PromptRenderer(task, tokenizer, cfg.model.chat_template)
+    engine = ENGINES.build(cfg.rollout.engine, {}, where="rollout.engine", model=policy, tokenizer=tokenizer,
+                           batch_size=cfg.rollout.batch_size)
+    reward_fn = RewardFunction.from_config(cfg.rewards)
+    advantage_fn = ADVANTAGES.bind(cfg.algorithm.advantage.name, cfg.algorithm.advantage.params,
+                                   where="algorithm.advantage")
+    learner = Learner(policy, cfg, reference)
+    sampler = PromptSampler(len(task.train), seed=cfg.run.seed)
+    params = SamplingParams(n=cfg.rollout.n, temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
+                            top_k=cfg.rollout.top_k, max_new_tokens=cfg.rollout.max_new_tokens,
+                            stop=list(cfg.rollout.stop))
+
+    start_step, faults = 0, 0
+    if checkpoint is not None:
+        state = load_trainer_state(checkpoint)
+        learner.load_state_dict(state["learner"])
+        sampler.load_state_dict(state["sampler"])
+        set_rng_state(state["rng"])
+        start_step, faults = int(state["step"]), int(state.get("faults", 0))
+        console.print(f"Resuming {run_dir} from step {start_step} ({checkpoint.name})")
+    elif resume:
+        console.print(f"No complete checkpoint in {run_dir}; starting it from step 0")
+    engine.sync_weights(policy, version=start_step)
+    sink = JsonlSink(run_dir / "metrics.jsonl", resume_from_step=start_step if resume else None)
+
+    def run_eval(tag: str) -> dict[str, Any]:
+        return _evaluate(cfg, engine, renderer, task, run_dir, tag)
+
+    def checkpoint_now(step: int) -> Path:
+        state = {"learner": learner.state_dict(), "sampler": sampler.state_dict(), "faults": faults}
+        return save_checkpoint(run_dir, step, policy, tokenizer, state, cfg.checkpoint.keep_last)
+
+    before = run_eval("before") if cfg.eval.before and start_step == 0 else None
+    last_step = cfg.train.steps if stop_after is None else min(cfg.train.steps, stop_after)
+    with ProgressReporter("train", cfg.train.steps, cfg.logging.progress, completed=start_step) as progress:
+        for step in range(start_step + 1, last_step + 1):
+            step_start = time.perf_counter()
+            torch.manual_seed(step_seed(cfg.run.seed, step))
+            records = [task.train[i] for i in sampler.next(cfg.train.prompts_per_step)]
+
+            groups = rollout_groups(engine, renderer, records, params)
+            rollout_s = time.perf_counter() - step_start
+            reward_fn(groups, task)
+            assign_advantages(groups, advantage_fn)
+            batch = Batch.from_groups(groups, pad_id=tokenizer.pad_token_id)
+
+            train_start = time.perf_counter()
+            stats = learner.update(batch)
+            train_s = time.perf_counter() - train_start
+            engine.sync_weights(policy, version=step)
+
+            metrics = {**rollout_metrics(groups, reward_fn), **stats}
+            metrics.update(rollout_s=rollout_s, train_s=train_s, step_s=time.perf_counter() - step_start,
+                           rollout_tokens_per_s=metrics["response_tokens"] / max(rollout_s, 1e-9),
+                           train_tokens_per_s=stats["train_tokens"] / max(train_s, 1e-9))
+            faults = faults + 1 if math.isnan(stats["grad_norm"]) else 0  # every optimizer step was skipped
+            if cfg.eval.every and step % cfg.eval.every == 0 and step < cfg.train.steps:
+                metrics.update({f"eval/{k}": v for k, v in _eval_summary(run_eval(f"step_{step:06d}")).items()})
+            sink.log(step, metrics)
+            short = {"reward": metrics["reward_mean"], "acc": metrics["accuracy"],
+                     "len": metrics["response_length_mean"], "entropy": metrics.get("entropy"),
+                     "kl": metrics.get("kl"), "clip": metrics.get("clip_frac"), "step_s": metrics["step_s"]}
+            line = format_metrics(short, CONSOLE_KEYS)
+            progress.update(step, line, print_line=step % cfg.logging.console_every == 0)
+            log.info("step %d %s", step, line)
+
+            if faults >= cfg.train.max_fault_steps:
+                path = checkpoint_now(step)
+                raise TrainingError(
+                    f"{faults} consecutive steps had a non-finite loss or gradient and were skipped; stopping. "
+                    f"Checkpoint: {path}. Lower optim.lr or check the rewards for NaN"
+                )
+            if (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or step == cfg.train.steps:
+                checkpoint_now(step)
+    sink.close()
+    if last_step < cfg.train.steps:  # stopped early on request: leave a checkpoint to resume from
+        if not (cfg.checkpoint.every and last_step % cfg.checkpoint.every == 0):
+            checkpoint_now(last_step)
+        return run_dir
+
+    save_hf_dir(policy, tokenizer, run_dir / "final")
+    after = run_eval("after") if cfg.eval.after else None
+    if before is not None and after is not None:
+        print_before_after(before, after, cfg.eval.ks)
+    console.print(f"Done. Run directory: [bold]{run_dir}[/bold]  (final model: {run_dir / 'final'})")
+    return run_dir
+
+
+def assign_advantages(groups: list[Group], advantage_fn: Any) -> None:
+    """Flatten rewards with their group ids, apply the estimator, and write each sample's advantage."""
+    rewards = torch.tensor([s.reward for g in groups for s in g.samples], dtype=torch.float32)
+    group_ids = torch.tensor([i for i, g in enumerate(groups) for _ in g.samples], dtype=torch.long)
+    advantages = advantage_fn(rewards, group_ids)
+    flat = [s for g in groups for s in g.samples]
+    for sample, adv in zip(flat, advantages.tolist()):
+        sample.advantage = adv
+
+
+def rollout_metrics(groups: list[Group], reward_fn: RewardFunction) -> dict[str, float]:
+    samples = [s for g in groups for s in g.samples]
+    rewards = torch.tensor([s.reward for s in samples], dtype=torch.float64)
+    lengths = torch.tensor([len(s.response_ids) for s in samples], dtype=torch.float64)
+    metrics: dict[str, float] = {
+        "reward_mean": float(rewards.mean()),
+        "reward_std": float(rewards.std()) if len(samples) > 1 else 0.0,
+        "accuracy": sum(bool(s.correct) for s in samples) / len(samples),
+        "response_length_mean": float(lengths.mean()),
+        "response_length_max": float(lengths.max()),
+        "truncated_frac": sum(s.truncated for s in samples) / len(samples),
+        "zero_std_frac": sum(len({s.reward for s in g.samples}) == 1 for g in groups) / len(groups),
+        "response_tokens": float(lengths.sum()),
+    }
+    for name, _, _ in reward_fn.components:
+        metrics[f"reward/{name}"] = sum(s.rewards.get(name, 0.0) for s in samples) / len(samples)
+    for reason, count in sorted(reward_fn.failures.items()):
+        metrics[f"reward_failures/{reason}"] = float(count)
+    return metrics
+
+
+def _evaluate(cfg: Config, engine: Any, renderer: Any, task: Any, run_dir: Path, tag: str) -> dict[str, Any]:
+    records = list(task.heldout)[: cfg.eval.size] if cfg.eval.size else list(task.heldout)
+    params = SamplingParams(n=cfg.eval.n, temperature=cfg.eval.temperature or cfg.rollout.temperature,
+                            top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k,
+                            max_new_tokens=cfg.rollout.max_new_tokens, stop=list(cfg.rollout.stop))
+    rng_state = torch.get_rng_state()
+    torch.manual_seed(step_seed(cfg.run.seed, 10**9))  # evals use their own seed; training RNG untouched
+    with ProgressReporter(f"eval ({tag})", len(records), cfg.logging.progress) as progress:
+        result = evaluate(engine, renderer, task, records, params, cfg.eval.ks,
+                          on_progress=lambda done, total: progress.update(done))
+    torch.set_rng_state(rng_state)
+    result["tag"] = tag
+    write_results(result, run_dir / f"eval_{tag}.json")
+    console.print(f"eval ({tag}): " + format_metrics(_eval_summary(result), tuple(_eval_summary(result))))
+    return result
+
+
+def _eval_summary(result: dict[str, Any]) -> dict[str, float]:
+    out = {f"pass@{k}": v for k, v in result["pass@k"].items()}
+    out["mean_length"] = result["mean_length"]
+    return out
+
+
+def print_before_after(before: dict[str, Any], after: dict[str, Any], ks: list[int]) -> None:
+    from rich.table import Table
+
+    table = Table(title="Held-out evaluation: before vs after training")
+    table.add_column("metric")
+    table.add_column("before", justify="right")
+    table.add_column("after", justify="right")
+    table.add_column("change", justify="right")
+    for k in ks:
+        b, a = before["pass@k"][str(k)], after["pass@k"][str(k)]
+        table.add_row(f"pass@{k}", f"{100 * b:.1f}%", f"{100 * a:.1f}%", f"{100 * (a - b):+.1f} pts")
+    table.add_row("mean length (tokens)", f"{before['mean_length']:.1f}", f"{after['mean_length']:.1f}",
+                  f"{after['mean_length'] - before['mean_length']:+.1f}")
+    console.print(table)

@@ -1,0 +1,129 @@
+"""Supervised fine-tuning on prompt/completion pairs: cross-entropy on completion tokens (and EOS) only.
+
+Used to build the shipped model (scripts/build_base_model.py) and to warm-start policies before RL.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlvr.config import SFTConfig
+from rlvr.models import check_vocab, load_causal_lm, load_tokenizer, resolve_device, resolve_dtype
+from rlvr.runtime import ProgressReporter, attach_log_file, console, format_metrics, prepare_run_dir, seed_everything
+from rlvr.tasks import TaskError, encode_prompt, uses_chat_template
+from rlvr.tasks.jsonl import read_rows
+from rlvr.tracking import JsonlSink
+from rlvr.trainer.checkpoint import save_checkpoint, save_hf_dir
+from rlvr.trainer.logprobs import token_logprobs
+from rlvr.trainer.optim import build_optimizer, build_scheduler
+
+log = logging.getLogger("rlvr.sft")
+
+
+def tokenize_examples(cfg: SFTConfig, tokenizer: Any) -> tuple[list[tuple[list[int], int]], int]:
+    """(ids, prompt_length) per usable row, and the number of rows skipped (malformed or too long)."""
+    rows = read_rows(Path(cfg.data.path))
+    cols = (cfg.data.prompt_column, cfg.data.completion_column)
+    first = next((r for _, r in rows if isinstance(r, dict)), None)
+    if first is None:
+        raise TaskError(f"data.path: '{cfg.data.path}' has no rows")
+    for key, col in zip(("prompt_column", "completion_column"), cols):
+        if col not in first:
+            raise TaskError(f"data.{key}: column '{col}' not in '{cfg.data.path}'; columns are: "
+                            f"{', '.join(sorted(first))}")
+    chat = uses_chat_template(tokenizer, cfg.model.chat_template)
+    eos = int(tokenizer.eos_token_id)
+    out, skipped = [], 0
+    for _, row in rows:
+        if not isinstance(row, dict) or not isinstance(row.get(cols[0]), str) or not isinstance(row.get(cols[1]), str):
+            skipped += 1
+            continue
+        if chat:
+            prompt_ids, _ = encode_prompt(tokenizer, messages=[{"role": "user", "content": row[cols[0]]}])
+        else:
+            prompt_ids, _ = encode_prompt(tokenizer, text=row[cols[0]])
+        completion = tokenizer(row[cols[1]], add_special_tokens=False)["input_ids"] + [eos]
+        ids = prompt_ids + completion
+        if len(ids) > cfg.data.max_length:
+            skipped += 1
+            continue
+        out.append((ids, len(prompt_ids)))
+    if not out:
+        raise TaskError(f"data.path: no usable examples in '{cfg.data.path}' ({skipped} skipped)")
+    return out, skipped
+
+
+def _collate(examples: list[tuple[list[int], int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    width = max(len(ids) for ids, _ in examples)
+    input_ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
+    attention = torch.zeros_like(input_ids)
+    mask = torch.zeros((len(examples), width), dtype=torch.float32)
+    for row, (ids, prompt_len) in enumerate(examples):
+        input_ids[row, : len(ids)] = torch.tensor(ids)
+        attention[row, : len(ids)] = 1
+        mask[row, prompt_len : len(ids)] = 1.0
+    return input_ids, attention, mask
+
+
+def run_sft(cfg: SFTConfig) -> Path:
+    run_dir = prepare_run_dir(cfg, resume=False)
+    handler = attach_log_file(run_dir)
+    try:
+        seed_everything(cfg.run.seed)
+        device = resolve_device(cfg.model.device)
+        tokenizer = load_tokenizer(cfg.model.tokenizer_path or cfg.model.path,
+                                   trust_remote_code=cfg.model.trust_remote_code)
+        examples, skipped = tokenize_examples(cfg, tokenizer)
+        model = load_causal_lm(cfg.model.path, dtype=resolve_dtype(cfg.model.dtype, device), device=device,
+                               trust_remote_code=cfg.model.trust_remote_code,
+                               gradient_checkpointing=cfg.model.gradient_checkpointing)
+        check_vocab(tokenizer, model)
+        console.print(f"SFT on {len(examples)} examples ({skipped} skipped) for {cfg.train.steps} steps")
+        optimizer = build_optimizer(model, cfg.optim)
+        scheduler = build_scheduler(optimizer, cfg.optim, cfg.train.steps)
+        order_gen = torch.Generator().manual_seed(cfg.run.seed)
+        order: list[int] = []
+        sink = JsonlSink(run_dir / "metrics.jsonl")
+        model.train()
+        with ProgressReporter("sft", cfg.train.steps, cfg.logging.progress) as progress:
+            for step in range(1, cfg.train.steps + 1):
+                started = time.perf_counter()
+                if len(order) < cfg.train.batch_size:
+                    order += torch.randperm(len(examples), generator=order_gen).tolist()
+                picked, order = order[: cfg.train.batch_size], order[cfg.train.batch_size :]
+                input_ids, attention, mask = _collate([examples[i] for i in picked], tokenizer.pad_token_id)
+                total = float(mask[:, 1:].sum())
+                optimizer.zero_grad(set_to_none=True)
+                loss_value = 0.0
+                for rows in torch.split(torch.arange(len(picked)), cfg.train.micro_batch_size):
+                    ids, att, m = input_ids[rows].to(device), attention[rows].to(device), mask[rows].to(device)
+                    logp, _ = token_logprobs(model, ids, att, m)
+                    loss = -(logp * m).sum() / total
+                    loss.backward()
+                    loss_value += float(loss.detach())
+                max_norm = cfg.optim.grad_clip if cfg.optim.grad_clip is not None else float("inf")
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
+                if math.isfinite(loss_value) and math.isfinite(grad_norm):
+                    optimizer.step()
+                    scheduler.step()
+                metrics = {"loss": loss_value, "grad_norm": grad_norm, "lr": scheduler.get_last_lr()[0],
+                           "tokens": total, "step_s": time.perf_counter() - started}
+                sink.log(step, metrics)
+                line = format_metrics(metrics, ("loss", "grad_norm", "lr", "step_s"))
+                progress.update(step, line, print_line=step % cfg.logging.console_every == 0)
+                if cfg.checkpoint.every and step % cfg.checkpoint.every == 0 and step < cfg.train.steps:
+                    save_checkpoint(run_dir, step, model, tokenizer, {"optimizer": optimizer.state_dict()},
+                                    cfg.checkpoint.keep_last)
+        sink.close()
+        final = save_hf_dir(model, tokenizer, run_dir / "final")
+        console.print(f"SFT done. Final model: [bold]{final}[/bold]")
+        return run_dir
+    finally:
+        logging.getLogger("rlvr").removeHandler(handler)
+        handler.close()
