@@ -1,0 +1,54 @@
+"""Shared fixtures: tiny random-init models built in the test session (nothing is downloaded)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+def make_tiny_model(path: Path, *, chat_template: str | None = None, seed: int = 0, hidden: int = 32,
+                    layers: int = 2) -> Path:
+    """A random-init Qwen2 causal LM with the byte-level tokenizer, saved as an HF directory."""
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    from rlvr.models.byte_tokenizer import save_byte_tokenizer
+
+    tok = save_byte_tokenizer(path)
+    if chat_template:
+        tok.chat_template = chat_template
+        tok.save_pretrained(str(path))
+        cfg_path = path / "tokenizer_config.json"
+        cfg = json.loads(cfg_path.read_text())
+        cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
+        cfg_path.write_text(json.dumps(cfg))
+    torch.manual_seed(seed)
+    config = Qwen2Config(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden,
+                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=256, tie_word_embeddings=True,
+                         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=tok.eos_token_id)
+    model = Qwen2ForCausalLM(config)
+    model.generation_config = GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    model.save_pretrained(str(path), safe_serialization=True)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_model(tmp_path_factory.mktemp("tiny_model"))
+
+
+@pytest.fixture(scope="session")
+def tiny_chat_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_model(tmp_path_factory.mktemp("tiny_chat_model"), chat_template=CHAT_TEMPLATE)
