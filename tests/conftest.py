@@ -52,3 +52,16 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_chat_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_tiny_model(tmp_path_factory.mktemp("tiny_chat_model"), chat_template=CHAT_TEMPLATE)
+
+
+@pytest.fixture
+def no_eos_model_dir(tmp_path: Path, tiny_model_dir: Path) -> Path:
+    """A copy of the tiny model whose tokenizer declares no EOS token."""
+    import shutil
+
+    bad = tmp_path / "no_eos"
+    shutil.copytree(tiny_model_dir, bad)
+    cfg = json.loads((bad / "tokenizer_config.json").read_text())
+    cfg["eos_token"] = None
+    (bad / "tokenizer_config.json").write_text(json.dumps(cfg))
+    return bad

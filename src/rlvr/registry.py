@@ -91,7 +91,7 @@ def _config_parameters(fn: Callable[..., Any]) -> list[inspect.Parameter]:
     return [p for p in sig.parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _params_model(fn: Callable[..., Any], label: str) -> type[pydantic.BaseModel]:
     target = fn.__init__ if inspect.isclass(fn) else fn
     hints = typing.get_type_hints(target, include_extras=True)

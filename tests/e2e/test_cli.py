@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -74,13 +73,8 @@ def test_missing_model_directory(tmp_path):
     assert "model.path" in out and "does not exist" in out
 
 
-def test_tokenizer_without_eos(tmp_path, tiny_model_dir):
-    bad = tmp_path / "no_eos"
-    shutil.copytree(tiny_model_dir, bad)
-    cfg = json.loads((bad / "tokenizer_config.json").read_text())
-    cfg["eos_token"] = None
-    (bad / "tokenizer_config.json").write_text(json.dumps(cfg))
-    out = _train_fails(tmp_path, f"model.path={bad}")
+def test_tokenizer_without_eos(tmp_path, no_eos_model_dir):
+    out = _train_fails(tmp_path, f"model.path={no_eos_model_dir}")
     assert "no EOS token" in out
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 import torch
@@ -64,14 +63,9 @@ def test_missing_directory_error_names_the_key(tmp_path):
         resolve_model_path(tmp_path / "empty")
 
 
-def test_tokenizer_without_eos_is_rejected(tmp_path, tiny_model_dir):
-    bad = tmp_path / "no_eos"
-    shutil.copytree(tiny_model_dir, bad)
-    cfg = json.loads((bad / "tokenizer_config.json").read_text())
-    cfg["eos_token"] = None
-    (bad / "tokenizer_config.json").write_text(json.dumps(cfg))
+def test_tokenizer_without_eos_is_rejected(no_eos_model_dir):
     with pytest.raises(ModelError, match="no EOS token"):
-        load_tokenizer(bad)
+        load_tokenizer(no_eos_model_dir)
 
 
 def test_pad_falls_back_to_eos_and_eos_ids_include_generation_config(tiny_model_dir):

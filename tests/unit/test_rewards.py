@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 from rlvr.rewards import REWARDS, CorrectnessReward, RewardFunction, RewardOutput

@@ -1,5 +1,6 @@
 """Tasks: prompt sources with templates and verifiers. Importing this module registers the built-ins."""
 
+from rlvr.tasks import addition, jsonl, reasoning_gym  # noqa: F401  (registration)
 from rlvr.tasks.base import (
     TASKS,
     LazySplit,
@@ -11,7 +12,6 @@ from rlvr.tasks.base import (
     encode_prompt,
     uses_chat_template,
 )
-from rlvr.tasks import addition, jsonl, reasoning_gym  # noqa: F401  (registration)
 
 __all__ = ["TASKS", "LazySplit", "PromptRenderer", "Task", "TaskError", "VerifyResult", "build_task", "encode_prompt",
            "uses_chat_template"]

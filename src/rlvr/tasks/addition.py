@@ -13,7 +13,6 @@ a careless teacher that drops carries or slips a digit, which is how the built-i
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
 from typing import Annotated
 
 from pydantic import Field
@@ -116,14 +115,6 @@ class AdditionTask(Task):
                 seen.add(record.question)
                 out.append(record)
         return out
-
-    @property
-    def train(self) -> Sequence[TaskRecord]:
-        return self._train
-
-    @property
-    def heldout(self) -> Sequence[TaskRecord]:
-        return self._heldout
 
     def verify(self, response: str, record: TaskRecord) -> VerifyResult:
         found = extract_answer(response, "auto")

@@ -33,7 +33,7 @@ class VerifyResult:
 
 
 class Task(abc.ABC):
-    """Base class of every task. Subclasses set the two splits and implement `verify`."""
+    """Base class of every task. Subclasses set `_train` and `_heldout` and implement `verify`."""
 
     name: str = "task"
     # `{question}` is replaced by the record's question.
@@ -56,15 +56,19 @@ class Task(abc.ABC):
             if "{question}" not in tpl:
                 raise TaskError(f"task.{key}: must contain '{{question}}'; got {tpl!r}")
 
-    @property
-    @abc.abstractmethod
-    def train(self) -> Sequence[TaskRecord]:
-        """Training prompts. Never overlaps `heldout` (by question text)."""
+    # Subclasses fill these two splits in their constructor.
+    _train: Sequence[TaskRecord]
+    _heldout: Sequence[TaskRecord]
 
     @property
-    @abc.abstractmethod
+    def train(self) -> Sequence[TaskRecord]:
+        """Training prompts. Never overlaps `heldout` (by question text)."""
+        return self._train
+
+    @property
     def heldout(self) -> Sequence[TaskRecord]:
         """Held-out prompts for evaluation."""
+        return self._heldout
 
     @abc.abstractmethod
     def verify(self, response: str, record: TaskRecord) -> VerifyResult:

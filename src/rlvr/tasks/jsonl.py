@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import random
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -139,14 +138,6 @@ class JsonlTask(Task):
             if value is None or (isinstance(value, str) and not value.strip()):
                 return f"empty or missing '{self.columns[role]}'"
         return None
-
-    @property
-    def train(self) -> Sequence[TaskRecord]:
-        return self._train
-
-    @property
-    def heldout(self) -> Sequence[TaskRecord]:
-        return self._heldout
 
     def verify(self, response: str, record: TaskRecord) -> VerifyResult:
         found = extract_answer(response, self.extract)

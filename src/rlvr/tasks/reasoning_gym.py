@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field
@@ -90,14 +89,6 @@ class ReasoningGymTask(Task):
             source=meta.get("source_dataset", self.dataset_name),
             meta={"entry": entry, "scorer": ds},
         )
-
-    @property
-    def train(self) -> Sequence[TaskRecord]:
-        return self._train
-
-    @property
-    def heldout(self) -> Sequence[TaskRecord]:
-        return self._heldout
 
     def verify(self, response: str, record: TaskRecord) -> VerifyResult:
         from reasoning_gym.utils import extract_answer

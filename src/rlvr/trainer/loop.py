@@ -44,7 +44,13 @@ from rlvr.runtime import (
 from rlvr.sampling import PromptSampler
 from rlvr.tasks import PromptRenderer, build_task
 from rlvr.tracking import JsonlSink
-from rlvr.trainer.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint, save_hf_dir, set_rng_state
+from rlvr.trainer.checkpoint import (
+    latest_checkpoint,
+    load_trainer_state,
+    save_checkpoint,
+    save_hf_dir,
+    set_rng_state,
+)
 from rlvr.trainer.learner import Learner
 from rlvr.types import Batch, Group
 

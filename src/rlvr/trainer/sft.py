@@ -15,7 +15,14 @@ import torch
 
 from rlvr.config import SFTConfig
 from rlvr.models import check_vocab, load_causal_lm, load_tokenizer, resolve_device, resolve_dtype
-from rlvr.runtime import ProgressReporter, attach_log_file, console, format_metrics, prepare_run_dir, seed_everything
+from rlvr.runtime import (
+    ProgressReporter,
+    attach_log_file,
+    console,
+    format_metrics,
+    prepare_run_dir,
+    seed_everything,
+)
 from rlvr.tasks import TaskError, encode_prompt, uses_chat_template
 from rlvr.tasks.jsonl import read_rows
 from rlvr.tracking import JsonlSink
