@@ -166,6 +166,40 @@ def eval_cmd(
         _fail(err)
 
 
+@app.command()
+def sweep(
+    recipes: Annotated[list[str], typer.Argument(help="Recipe files to compare, then optional key=value "
+                                                 "overrides applied to every run.", show_default=False)],
+    seeds: Annotated[int, typer.Option(help="Seeds per recipe (run.seed = 0..seeds-1).")] = 3,
+    steps: Annotated[int, typer.Option(help="RL steps per run (the same budget for every recipe).")] = 40,
+    task: Annotated[Optional[str], typer.Option(help="Use this task (with its defaults) in every run; "
+                                                "default: each recipe's own.")] = None,
+    out: Annotated[Path, typer.Option(help="Output directory: runs/, summary.md, summary.json, curves.png.")] = Path(
+        "runs/sweep"),
+    jobs: Annotated[int, typer.Option(help="Runs in parallel (each gets cores/jobs threads).")] = 1,
+    eval_every: Annotated[Optional[int], typer.Option(help="Held-out eval every N steps (for best pass@1); "
+                                                      "default steps/4.")] = None,
+) -> None:
+    """Run each recipe under the same task, budget and seeds, and compare them.
+
+    Writes a table of final and best held-out pass@1, pass@k, final entropy, tokens used and wall time (mean ±
+    std over seeds) and a plot of reward and entropy curves. Re-running the same command skips finished runs.
+
+    Example: rlvr sweep recipes/grpo.yaml recipes/dr_grpo.yaml --seeds 3 --steps 40 --out runs/sweep1
+    """
+    from rlvr.trainer.sweep import plan_sweep, run_sweep
+
+    files = [r for r in recipes if "=" not in r or Path(r).exists()]
+    overrides = [r for r in recipes if r not in files]
+    try:
+        runs = plan_sweep(files, seeds, steps, out, task, eval_every, overrides)
+        summary = run_sweep(runs, out, jobs)
+    except _user_errors() as err:
+        _fail(err)
+    if summary.get("failed"):
+        _fail(RuntimeError(f"{len(summary['failed'])} runs failed: {', '.join(summary['failed'])}"))
+
+
 @config_app.command("show")
 def config_show(
     args: Annotated[list[str], typer.Argument(help=ARGS_HELP, show_default=False)],

@@ -116,12 +116,47 @@ class TrainConfig(Strict):
     max_fault_steps: int = Field(3, ge=1, description="Consecutive non-finite steps before the run stops.")
 
 
+class CriticConfig(Strict):
+    """A learned value model, for estimators that ask for `values` (GAE)."""
+
+    kind: Literal["separate", "head"] = Field(
+        "separate", description="separate: its own backbone; head: a value head on the policy's backbone."
+    )
+    path: str | None = Field(None, description="Backbone checkpoint of a separate critic; default: model.path.")
+    lr: float = Field(1e-5, gt=0, description="Learning rate of the critic (and of the head in head mode).")
+    coef: float = Field(0.5, gt=0, description="Weight of the value loss.")
+    value_clip: float | None = Field(0.2, gt=0, description="PPO value clipping range; null disables.")
+    warmup_steps: int = Field(0, ge=0, description="RL steps that train only the critic before the policy.")
+
+
 class AlgorithmConfig(Strict):
     advantage: ComponentSpec = Field(default_factory=lambda: ComponentSpec(name="grpo"))
     loss: ComponentSpec = Field(default_factory=lambda: ComponentSpec(name="ppo_clip"))
-    loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"] = "token_mean"
+    loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm"] = (
+        "token_mean"
+    )
+    loss_agg_length: int | None = Field(
+        None, ge=1, description="seq_mean_token_sum_norm's constant length (Dr.GRPO); default rollout.max_new_tokens."
+    )
     kl_coef: float = Field(0.0, ge=0, description="Weight of the KL-to-reference term; 0 loads no reference.")
-    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    kl_estimator: str = Field("k3", description="k1, k2, k3 (reverse KL) or a forward-KL estimator.")
+    kl_placement: Literal["loss", "reward"] = Field(
+        "loss", description="loss: a KL term in the loss; reward: a per-token penalty subtracted from the reward."
+    )
+    kl_target: float | None = Field(None, gt=0, description="Adaptive KL coefficient aiming at this KL.")
+    kl_horizon: int = Field(10_000, ge=1, description="Adaptive KL controller horizon, in samples.")
+    reference_reset_every: int = Field(
+        0, ge=0, description="Every N steps, copy the policy into the reference and reset the optimizer (ProRL)."
+    )
+    entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus weight (initial value with a target).")
+    entropy_target: float | None = Field(None, gt=0, description="Adapt entropy_coef towards this entropy.")
+    top_entropy_ratio: float | None = Field(
+        None, gt=0, le=1, description="Policy gradient only on this fraction of highest-entropy tokens."
+    )
+    tis_cap: float | None = Field(
+        None, gt=0, description="Truncated importance sampling against the engine's log-probs, capped here."
+    )
+    critic: CriticConfig | None = Field(None, description="A value model (needed by gae).")
 
 
 class CheckpointConfig(Strict):
@@ -235,19 +270,50 @@ def resolve_components(cfg: Config) -> list[str]:
                         f"{', '.join(ENGINES.names())}")
     if not cfg.rewards:
         problems.append("rewards: at least one reward component is needed")
-    if cfg.algorithm.advantage.name in ADVANTAGES and getattr(
-        ADVANTAGES.get(cfg.algorithm.advantage.name), "needs_group", False
-    ) and cfg.rollout.n < 2:
+    problems.extend(_algorithm_problems(cfg))
+    if cfg.train.mini_batches > cfg.train.prompts_per_step:
         problems.append(
-            f"rollout.n: the '{cfg.algorithm.advantage.name}' advantage normalizes within each group of "
-            f"samples, so it needs rollout.n >= 2; got {cfg.rollout.n}"
+            f"train.mini_batches: mini-batches hold whole groups, so there can be at most "
+            f"train.prompts_per_step={cfg.train.prompts_per_step} of them; got {cfg.train.mini_batches}"
         )
-    total_rows = cfg.train.prompts_per_step * cfg.rollout.n
-    if cfg.train.mini_batches > total_rows:
-        problems.append(
-            f"train.mini_batches: {cfg.train.mini_batches} mini-batches cannot be cut from "
-            f"{total_rows} samples per step (train.prompts_per_step x rollout.n)"
-        )
+    return problems
+
+
+def _algorithm_problems(cfg: Config) -> list[str]:
+    """Cross-checks between the estimator, the loss and the algorithm options."""
+    from rlvr.algorithms import ADVANTAGES, KL_ESTIMATORS, LOSSES
+    from rlvr.algorithms.inputs import ADVANTAGE_INPUTS, LOSS_INPUTS, check_inputs, tensor_inputs
+
+    a = cfg.algorithm
+    problems: list[str] = []
+    adv_inputs: list[str] = []
+    if a.advantage.name in ADVANTAGES:
+        fn = ADVANTAGES.get(a.advantage.name)
+        problems += check_inputs(fn, ADVANTAGE_INPUTS, f"algorithm.advantage '{a.advantage.name}'")
+        adv_inputs = tensor_inputs(fn)
+        if getattr(fn, "needs_group", False) and cfg.rollout.n < 2:
+            problems.append(
+                f"rollout.n: the '{a.advantage.name}' advantage compares samples within each group, so it needs "
+                f"rollout.n >= 2; got {cfg.rollout.n}"
+            )
+    if a.loss.name in LOSSES:
+        problems += check_inputs(LOSSES.get(a.loss.name), LOSS_INPUTS, f"algorithm.loss '{a.loss.name}'")
+    if "values" in adv_inputs and a.critic is None:
+        problems.append(f"algorithm.critic: the '{a.advantage.name}' advantage needs a value model; set "
+                        "algorithm.critic.kind=separate (its own backbone) or head (a value head on the policy)")
+    if a.critic is not None and a.advantage.name in ADVANTAGES and "values" not in adv_inputs:
+        problems.append(f"algorithm.critic: the '{a.advantage.name}' advantage does not use values; remove "
+                        "algorithm.critic or use advantage gae")
+    if a.kl_estimator not in KL_ESTIMATORS:
+        problems.append(f"algorithm.kl_estimator: expected one of {', '.join(KL_ESTIMATORS)}; got {a.kl_estimator!r}")
+    if a.reference_reset_every and a.kl_coef == 0:
+        problems.append("algorithm.reference_reset_every: resetting the reference needs a KL term; set "
+                        "algorithm.kl_coef > 0")
+    if a.kl_target is not None and a.kl_coef == 0:
+        problems.append("algorithm.kl_target: the adaptive KL controller starts from kl_coef; set kl_coef > 0")
+    if a.entropy_target is not None and a.entropy_coef == 0:
+        problems.append("algorithm.entropy_target: the entropy controller starts from entropy_coef; set "
+                        "entropy_coef > 0")
     return problems
 
 

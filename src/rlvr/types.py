@@ -95,7 +95,13 @@ class Batch:
     prompt_lengths: torch.Tensor  # [B] long
     response_lengths: torch.Tensor  # [B] long
     rewards: torch.Tensor  # [B] float
-    ref_logprobs: torch.Tensor | None = None  # [B, T], filled by the learner when a KL term is on
+    correct: torch.Tensor  # [B] bool, the verifier's verdict
+    # Filled by the learner's `prepare` only when something asks for them:
+    ref_logprobs: torch.Tensor | None = None  # [B, T] frozen reference
+    behaviour_logprobs: torch.Tensor | None = None  # [B, T] the engine's, kept when old ones are recomputed
+    values: torch.Tensor | None = None  # [B, T] critic values before each token
+    returns: torch.Tensor | None = None  # [B, T] critic targets
+    token_filter: torch.Tensor | None = None  # [B, T] 1 on tokens that get a policy gradient (e.g. top entropy)
 
     @classmethod
     def from_groups(cls, groups: Sequence[Group], pad_id: int) -> Batch:
@@ -112,14 +118,14 @@ class Batch:
         old_logprobs = torch.zeros((B, T), dtype=torch.float32) if have_logprobs else None
         for b, (_, s) in enumerate(rows):
             P, R = len(s.prompt_ids), len(s.response_ids)
-            if s.advantage is None:
-                raise ValueError("every sample needs an advantage before the batch is built")
             input_ids[b, :P] = torch.tensor(s.prompt_ids, dtype=torch.long)
             input_ids[b, P : P + R] = torch.tensor(s.response_ids, dtype=torch.long)
             attention_mask[b, : P + R] = 1
             mask[b, P : P + R] = torch.tensor(s.loss_mask, dtype=torch.float32)
             adv = s.advantage
-            if isinstance(adv, (list, tuple)):
+            if adv is None:
+                pass  # computed on the batch later (see trainer.loop)
+            elif isinstance(adv, (list, tuple)):
                 if len(adv) != R:
                     raise ValueError(f"per-token advantage has {len(adv)} entries for {R} response tokens")
                 advantages[b, P : P + R] = torch.tensor(adv, dtype=torch.float32)
@@ -137,10 +143,16 @@ class Batch:
             prompt_lengths=torch.tensor([len(s.prompt_ids) for _, s in rows], dtype=torch.long),
             response_lengths=torch.tensor([len(s.response_ids) for _, s in rows], dtype=torch.long),
             rewards=torch.tensor([s.reward for _, s in rows], dtype=torch.float32),
+            correct=torch.tensor([bool(s.correct) for _, s in rows], dtype=torch.bool),
         )
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
+
+    @property
+    def last_token_index(self) -> torch.Tensor:
+        """[B] column of each row's last response token."""
+        return self.prompt_lengths + self.response_lengths - 1
 
     @property
     def num_tokens(self) -> int:

@@ -221,10 +221,10 @@ def test_unknown_engine_and_empty_rewards(recipe: Path) -> None:
 
 
 def test_too_many_mini_batches(recipe: Path) -> None:
-    # 4 prompts x 4 samples = 16 rows
-    assert load_config(recipe, ["train.mini_batches=16"]).train.mini_batches == 16
-    msg = config_error(recipe, ["train.mini_batches=17"])
-    assert "train.mini_batches" in msg and "16" in msg
+    # mini-batches hold whole groups: at most one per prompt (4 prompts per step here)
+    assert load_config(recipe, ["train.mini_batches=4"]).train.mini_batches == 4
+    msg = config_error(recipe, ["train.mini_batches=5"])
+    assert "train.mini_batches" in msg and "prompts_per_step=4" in msg
 
 
 def test_missing_recipe_file_names_path(tmp_path: Path) -> None:

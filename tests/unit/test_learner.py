@@ -77,7 +77,9 @@ def test_recomputed_old_logprobs_give_ratio_one(tiny_model_dir):
     model = load_causal_lm(tiny_model_dir)
     batch = _batch(model)
     batch.old_logprobs = None  # the learner must recompute them
-    stats = Learner(model, _cfg(recompute_old_logprobs=True)).update(batch)
+    learner = Learner(model, _cfg(recompute_old_logprobs=True))
+    batch, _ = learner.prepare(batch)
+    stats = learner.update(batch)
     assert stats["clip_frac"] == 0.0
     assert stats["approx_kl_old"] == pytest.approx(0.0, abs=1e-10)
 
@@ -88,8 +90,8 @@ def test_kl_term_uses_the_reference(tiny_model_dir):
     cfg = Config.model_validate({"train": {"steps": 10, "ppo_epochs": 3}, "optim": {"lr": 5e-2},
                                  "algorithm": {"kl_coef": 0.1}})
     learner = Learner(model, cfg, reference=ref)
-    first = learner.update(_batch(model))
-    second = learner.update(_batch(model))
+    first = learner.update(learner.prepare(_batch(model))[0])  # prepare computes the reference log-probs
+    second = learner.update(learner.prepare(_batch(model))[0])
     assert first["kl"] == pytest.approx(0.0, abs=1e-6)  # first pass: policy == reference
     assert second["kl"] > 0
 

@@ -1,16 +1,35 @@
-"""Algorithms as pure tensor functions: advantage estimators, policy losses, KL estimators."""
+"""Algorithms as pure tensor functions: advantage estimators, policy losses, KL estimators, controllers.
 
-from rlvr.algorithms.advantages import ADVANTAGES, group_normalized_advantages, group_stats
-from rlvr.algorithms.kl import kl_penalty
-from rlvr.algorithms.losses import LOSSES, aggregate_loss, masked_mean, ppo_clip_loss
+Importing this package registers every estimator (`ADVANTAGES`) and loss (`LOSSES`); see `inputs.py` for how
+the trainer feeds them.
+"""
+
+from rlvr.algorithms.advantages import ADVANTAGES, gae_returns, group_normalized_advantages, group_stats
+from rlvr.algorithms.controllers import AdaptiveKLController, FixedKLController, TargetEntropyController
+from rlvr.algorithms.kl import KL_ESTIMATORS, kl_penalty
+from rlvr.algorithms.losses import (
+    LOSSES,
+    aggregate_loss,
+    masked_mean,
+    ppo_clip_loss,
+    top_entropy_mask,
+    truncated_is_weights,
+)
 
 __all__ = [
     "ADVANTAGES",
+    "KL_ESTIMATORS",
     "LOSSES",
+    "AdaptiveKLController",
+    "FixedKLController",
+    "TargetEntropyController",
     "aggregate_loss",
+    "gae_returns",
     "group_normalized_advantages",
     "group_stats",
     "kl_penalty",
     "masked_mean",
     "ppo_clip_loss",
+    "top_entropy_mask",
+    "truncated_is_weights",
 ]

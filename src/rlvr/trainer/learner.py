@@ -1,89 +1,242 @@
-"""The learner: turns a Batch into optimizer steps (PPO-style epochs, mini-batches, gradient accumulation).
+"""The learner: prepares what the chosen algorithm asks for, then turns a Batch into optimizer steps.
 
-Per rollout batch:
-    old log-probs  = the engine's behaviour log-probs, or one no-grad forward if recomputing
-    ref log-probs  = one no-grad forward of the frozen reference (only when the KL term is on)
-    for each epoch, for each mini-batch (one optimizer step), for each micro-batch (accumulate):
-        loss = aggregate(policy_loss(logp, old, A)) + kl_coef * aggregate(kl(logp, ref))
-A step whose loss or gradient is not finite is skipped: gradients are dropped, the optimizer and its state
+    prepare(batch)      only what some function names as an input:
+                          old log-probs   = the engine's, or one no-grad forward (recompute / TIS)
+                          ref log-probs   = one no-grad forward of the frozen reference
+                          values          = the critic (GAE)
+                          entropy         = of the sampling policy (EAR, top-entropy token selection)
+                          token_rewards   = outcome reward on the last token, minus a KL penalty if in reward
+    update(batch)       for each epoch, for each mini-batch (one optimizer step), for each micro-batch:
+                          loss = aggregate(policy_loss(...) [* TIS weights])
+                               + kl_coef * aggregate(kl(logp, ref))        (KL in the loss)
+                               - entropy_coef * aggregate(entropy)          (entropy bonus)
+                               + critic.coef * value_loss                   (critic)
+A mini-batch whose loss or gradient is not finite is skipped: gradients are dropped, the optimizer and its state
 are untouched, and the fault is counted.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
 from typing import Any
 
 import torch
 
-from rlvr.algorithms import LOSSES, aggregate_loss, kl_penalty, masked_mean
+from rlvr.algorithms import (
+    ADVANTAGES,
+    LOSSES,
+    AdaptiveKLController,
+    FixedKLController,
+    TargetEntropyController,
+    aggregate_loss,
+    gae_returns,
+    kl_penalty,
+    masked_mean,
+    top_entropy_mask,
+    truncated_is_weights,
+)
+from rlvr.algorithms.inputs import broadcast_to_tokens, call_with_inputs, tensor_inputs
 from rlvr.config import Config
-from rlvr.trainer.logprobs import token_logprobs
+from rlvr.trainer.critic import Critic, value_loss
+from rlvr.trainer.logprobs import forward_tokens
 from rlvr.trainer.optim import build_optimizer, build_scheduler
 from rlvr.types import Batch
 
 
+def algorithm_inputs(cfg: Config) -> set[str]:
+    """Tensor names the configured estimator and loss ask for."""
+    alg = cfg.algorithm
+    return set(tensor_inputs(ADVANTAGES.get(alg.advantage.name))) | set(tensor_inputs(LOSSES.get(alg.loss.name)))
+
+
+def needs_reference(cfg: Config) -> bool:
+    return cfg.algorithm.kl_coef > 0 or "ref_logprobs" in algorithm_inputs(cfg)
+
+
 class Learner:
-    def __init__(self, model: torch.nn.Module, cfg: Config, reference: torch.nn.Module | None = None):
+    def __init__(self, model: torch.nn.Module, cfg: Config, reference: torch.nn.Module | None = None,
+                 critic: Critic | None = None):
         self.model = model
         self.reference = reference
+        self.critic = critic
         self.cfg = cfg
+        alg = cfg.algorithm
         self.device = next(model.parameters()).device
         self.temperature = cfg.rollout.temperature
-        self.loss_fn = LOSSES.bind(cfg.algorithm.loss.name, cfg.algorithm.loss.params, where="algorithm.loss")
+        self.advantage_fn = ADVANTAGES.bind(alg.advantage.name, alg.advantage.params, where="algorithm.advantage")
+        self.loss_fn = LOSSES.bind(alg.loss.name, alg.loss.params, where="algorithm.loss")
+        self.advantage_inputs = set(tensor_inputs(self.advantage_fn))
+        self.loss_inputs = set(tensor_inputs(self.loss_fn))
         self.total_optimizer_steps = cfg.train.steps * cfg.train.ppo_epochs * cfg.train.mini_batches
-        self.optimizer = build_optimizer(model, cfg.optim)
+        head_group = []
+        if critic is not None and not critic.separate:
+            head_group = [{"params": list(critic.head.parameters()), "lr": critic.cfg.lr}]
+        self.optimizer = build_optimizer(model, cfg.optim, head_group)
         self.scheduler = build_scheduler(self.optimizer, cfg.optim, self.total_optimizer_steps)
         self.generator = torch.Generator().manual_seed(cfg.run.seed + 17)  # mini-batch shuffling
+        self.kl_ctl = (AdaptiveKLController(alg.kl_coef, alg.kl_target, alg.kl_horizon)
+                       if alg.kl_target is not None else FixedKLController(alg.kl_coef))
+        self.entropy_ctl = (TargetEntropyController(alg.entropy_coef, alg.entropy_target)
+                            if alg.entropy_target is not None else FixedKLController(alg.entropy_coef))
         self.skipped_steps = 0
+        self.updates = 0  # RL batches seen (critic warm-up counts them)
 
-    # -- log-probs ---------------------------------------------------------------------------------------
+    # -- what the algorithm needs ------------------------------------------------------------------------
+
+    @property
+    def _recompute_old(self) -> bool:
+        return self.cfg.train.recompute_old_logprobs or self.cfg.algorithm.tis_cap is not None
+
+    @property
+    def _entropy_in_prepare(self) -> bool:
+        return "entropy" in self.advantage_inputs or self.cfg.algorithm.top_entropy_ratio is not None
+
+    @property
+    def _entropy_in_loss(self) -> bool:
+        return "entropy" in self.loss_inputs or self.cfg.algorithm.entropy_coef > 0
 
     def _micro_batches(self, rows: torch.Tensor) -> list[torch.Tensor]:
         return list(torch.split(rows, self.cfg.train.micro_batch_size))
 
+    def _split(self, batch: Batch) -> list[tuple[torch.Tensor, list[torch.Tensor]]]:
+        """Shuffled mini-batches of whole groups, each cut into micro-batches of whole groups holding at most
+        `micro_batch_size` rows (a bigger group is one micro-batch). Groups never straddle a boundary, so
+        losses with group statistics (PACS) see complete groups."""
+        group_ids = batch.group_ids.cpu()
+        num_groups = int(group_ids.max()) + 1
+        rows_of = [torch.nonzero(group_ids == g).squeeze(1) for g in range(num_groups)]
+        order = torch.randperm(num_groups, generator=self.generator)
+        out = []
+        for groups in torch.tensor_split(order, self.cfg.train.mini_batches):
+            if groups.numel() == 0:
+                continue
+            micro: list[torch.Tensor] = []
+            current: list[torch.Tensor] = []
+            for g in groups.tolist():
+                if current and sum(len(r) for r in current) + len(rows_of[g]) > self.cfg.train.micro_batch_size:
+                    micro.append(torch.cat(current))
+                    current = []
+                current.append(rows_of[g])
+            micro.append(torch.cat(current))
+            out.append((torch.cat(micro), micro))
+        return out
+
     @torch.no_grad()
-    def logprobs_of(self, model: torch.nn.Module, batch: Batch) -> torch.Tensor:
-        """No-grad log-probs of the batch's tokens under `model`, micro-batch by micro-batch, as [B, T]."""
-        out = torch.zeros(batch.mask.shape, dtype=torch.float32, device=self.device)
+    def _forward_all(self, model: torch.nn.Module, batch: Batch, with_entropy: bool = False
+                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """No-grad log-probs (and entropy) of the whole batch under `model`, micro-batch by micro-batch."""
+        logprobs = torch.zeros(batch.mask.shape, dtype=torch.float32, device=self.device)
+        entropy = torch.zeros_like(logprobs) if with_entropy else None
         for rows in self._micro_batches(torch.arange(len(batch))):
             mb = batch.select(rows).to(self.device)
-            lp, _ = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.mask, self.temperature)
-            out[rows.to(self.device), : lp.shape[1]] = lp
-        return out
+            out = forward_tokens(model, mb.input_ids, mb.attention_mask, mb.mask, self.temperature,
+                                 with_entropy=with_entropy)
+            idx = rows.to(self.device)
+            logprobs[idx, : out.logprobs.shape[1]] = out.logprobs
+            if entropy is not None and out.entropy is not None:
+                entropy[idx, : out.entropy.shape[1]] = out.entropy
+        return logprobs, entropy
+
+    @torch.no_grad()
+    def _values_all(self, batch: Batch) -> torch.Tensor:
+        assert self.critic is not None
+        values = torch.zeros(batch.mask.shape, dtype=torch.float32, device=self.device)
+        for rows in self._micro_batches(torch.arange(len(batch))):
+            mb = batch.select(rows).to(self.device)
+            if self.critic.separate:
+                v = self.critic.values(mb)
+            else:
+                v = forward_tokens(self.model, mb.input_ids, mb.attention_mask, mb.mask, self.temperature,
+                                   value_head=self.critic.head).values
+            values[rows.to(self.device), : v.shape[1]] = v
+        return values
+
+    # -- prepare -----------------------------------------------------------------------------------------
+
+    def prepare(self, batch: Batch) -> tuple[Batch, dict[str, Any]]:
+        """Compute what the estimator and the loss ask for. Returns the batch (on the learner's device, with
+        those tensors filled in) and the inputs available to the advantage estimator."""
+        alg = self.cfg.algorithm
+        batch = batch.to(self.device)
+        entropy = None
+        if self._recompute_old or batch.old_logprobs is None or self._entropy_in_prepare:
+            old, entropy = self._forward_all(self.model, batch, with_entropy=self._entropy_in_prepare)
+            if self._recompute_old or batch.old_logprobs is None:
+                batch.behaviour_logprobs = batch.old_logprobs
+                batch.old_logprobs = old
+        if needs_reference(self.cfg):
+            assert self.reference is not None, "a reference model is needed but was not loaded"
+            batch.ref_logprobs, _ = self._forward_all(self.reference, batch)
+        if self.critic is not None:
+            batch.values = self._values_all(batch)
+
+        rewards = batch.rewards.to(self.device)
+        token_rewards = torch.zeros_like(batch.mask)
+        token_rewards[torch.arange(len(batch), device=self.device), batch.last_token_index.to(self.device)] = rewards
+        if alg.kl_placement == "reward" and self.kl_ctl.value > 0 and batch.ref_logprobs is not None:
+            kl_in_reward = kl_penalty(batch.old_logprobs, batch.ref_logprobs, alg.kl_estimator) * batch.mask
+            token_rewards = token_rewards - self.kl_ctl.value * kl_in_reward
+            rewards = rewards - self.kl_ctl.value * kl_in_reward.sum(dim=1)
+        if alg.top_entropy_ratio is not None:
+            assert entropy is not None
+            batch.token_filter = top_entropy_mask(entropy, batch.mask, ratio=alg.top_entropy_ratio)
+        return batch, {
+            "rewards": rewards, "group_ids": batch.group_ids.to(self.device), "correct": batch.correct,
+            "mask": batch.mask, "response_lengths": batch.response_lengths, "old_logprobs": batch.old_logprobs,
+            "ref_logprobs": batch.ref_logprobs, "entropy": entropy, "values": batch.values,
+            "token_rewards": token_rewards, "input_ids": batch.input_ids,
+        }
+
+    def compute_advantages(self, batch: Batch, inputs: dict[str, Any]) -> torch.Tensor:
+        """Run the estimator on the prepared inputs; set `batch.advantages` (and the critic's returns).
+        Returns what the estimator returned: [N] per sample or [N, T] per token."""
+        name = f"advantage '{self.cfg.algorithm.advantage.name}'"
+        adv = call_with_inputs(self.advantage_fn, inputs, name)
+        batch.advantages = broadcast_to_tokens(adv, batch.mask)
+        if self.critic is not None:
+            raw = adv
+            if self.advantage_fn.keywords.get("whiten"):  # value targets use un-whitened advantages
+                unwhitened = functools.partial(self.advantage_fn.func, **{**self.advantage_fn.keywords,
+                                                                          "whiten": False})
+                raw = call_with_inputs(unwhitened, inputs, name)
+            batch.returns = gae_returns(broadcast_to_tokens(raw, batch.mask), batch.values, batch.mask)
+        return adv
 
     # -- update ------------------------------------------------------------------------------------------
 
     def update(self, batch: Batch) -> dict[str, float]:
         cfg = self.cfg
         batch = batch.to(self.device)
-        if cfg.train.recompute_old_logprobs or batch.old_logprobs is None:
-            batch.old_logprobs = self.logprobs_of(self.model, batch)
-        if self.reference is not None and cfg.algorithm.kl_coef > 0:
-            batch.ref_logprobs = self.logprobs_of(self.reference, batch)
+        critic_only = self.critic is not None and self.updates < self.critic.cfg.warmup_steps
+        train_mask = batch.mask if batch.token_filter is None else batch.mask * batch.token_filter
 
-        sums: dict[str, float] = defaultdict(float)  # token-weighted sums of diagnostics
+        sums: dict[str, float] = defaultdict(float)  # token-weighted sums of first-epoch diagnostics
         tokens_seen = 0.0
         grad_norms: list[float] = []
         skipped = 0
         train_tokens = 0
         self.model.train()
         for epoch in range(cfg.train.ppo_epochs):
-            order = torch.randperm(len(batch), generator=self.generator)
-            for mb_rows in torch.tensor_split(order, cfg.train.mini_batches):
-                if mb_rows.numel() == 0:
-                    continue
-                num_tokens = float(batch.mask[mb_rows.to(self.device)].sum())
-                num_seqs = float((batch.mask[mb_rows.to(self.device)].sum(1) > 0).sum())
+            for mb_rows, micro_batches in self._split(batch):
+                idx = mb_rows.to(self.device)
+                norms = {
+                    "num_tokens": float(train_mask[idx].sum()),
+                    "num_seqs": float((train_mask[idx].sum(1) > 0).sum()),
+                    "all_tokens": float(batch.mask[idx].sum()),
+                }
                 self.optimizer.zero_grad(set_to_none=True)
+                if self.critic is not None and self.critic.optimizer is not None:
+                    self.critic.optimizer.zero_grad(set_to_none=True)
                 loss_total = 0.0
-                for rows in self._micro_batches(mb_rows):
+                for rows in micro_batches:
                     mb = batch.select(rows)
-                    stats = self._backward(mb, num_tokens, num_seqs, with_entropy=epoch == 0)
+                    mb_filter = mb.mask if mb.token_filter is None else mb.mask * mb.token_filter
+                    stats = self._backward(mb, mb_filter, norms, epoch == 0, critic_only)
                     loss_total += stats.pop("loss")
+                    tokens = stats.pop("tokens")
                     if epoch == 0:
-                        tokens = stats.pop("tokens")
                         tokens_seen += tokens
                         for k, v in stats.items():
                             sums[k] += v * tokens
@@ -93,68 +246,145 @@ class Learner:
                     self.optimizer.zero_grad(set_to_none=True)
                     skipped += 1
                     continue
-                self.optimizer.step()
-                self.scheduler.step()
+                if not critic_only:
+                    self.optimizer.step()
+                    self.scheduler.step()
+                elif not self.critic.separate:  # warm-up of a head: step it alone
+                    self.optimizer.step()
+                if self.critic is not None and self.critic.optimizer is not None:
+                    torch.nn.utils.clip_grad_norm_(self.critic.parameters(), 1.0)
+                    self.critic.optimizer.step()
                 grad_norms.append(grad_norm)
+        self.updates += 1
         self.skipped_steps += skipped
         metrics = {k: v / max(tokens_seen, 1.0) for k, v in sums.items()}
+        if "kl" in metrics:
+            self.kl_ctl.update(metrics["kl"], len(batch))
+        if "entropy" in metrics:
+            self.entropy_ctl.update(metrics["entropy"], len(batch))
         metrics.update(
             grad_norm=sum(grad_norms) / len(grad_norms) if grad_norms else float("nan"),
             lr=self.scheduler.get_last_lr()[0],
             skipped_optimizer_steps=float(skipped),
             train_tokens=float(train_tokens),
+            kl_coef=float(self.kl_ctl.value),
+            critic_only=float(critic_only),
         )
+        if self.cfg.algorithm.entropy_coef > 0:
+            metrics["entropy_coef"] = float(self.entropy_ctl.value)
+        if batch.token_filter is not None:
+            metrics["trained_token_frac"] = float(train_mask.sum() / batch.mask.sum().clamp(min=1))
         return metrics
 
-    def _backward(self, mb: Batch, num_tokens: float, num_seqs: float, with_entropy: bool) -> dict[str, float]:
-        cfg = self.cfg.algorithm
-        logp, entropy = token_logprobs(self.model, mb.input_ids, mb.attention_mask, mb.mask, self.temperature,
-                                       with_entropy=with_entropy)
+    def _backward(self, mb: Batch, train_mask: torch.Tensor, norms: dict[str, float], first_epoch: bool,
+                  critic_only: bool) -> dict[str, float]:
+        alg = self.cfg.algorithm
+        head = None
+        if self.critic is not None and not self.critic.separate:
+            head = (lambda h: self.critic.head(h.detach())) if critic_only else self.critic.head
+        out = forward_tokens(self.model, mb.input_ids, mb.attention_mask, mb.mask, self.temperature,
+                             with_entropy=first_epoch or self._entropy_in_loss, entropy_grad=self._entropy_in_loss,
+                             value_head=head)
+        logp = out.logprobs
         assert mb.old_logprobs is not None
-        per_token, diag = self.loss_fn(logp, mb.old_logprobs, mb.advantages, mb.mask)
-        agg = dict(mode=cfg.loss_agg, num_tokens=num_tokens, num_seqs=num_seqs)
-        loss = aggregate_loss(per_token, mb.mask, **agg)
+        agg = dict(mode=alg.loss_agg, num_tokens=norms["num_tokens"], num_seqs=norms["num_seqs"])
+        if alg.loss_agg == "seq_mean_token_sum_norm":
+            agg["constant_length"] = float(alg.loss_agg_length or self.cfg.rollout.max_new_tokens)
+        available = {
+            "logprobs": logp, "old_logprobs": mb.old_logprobs, "advantages": mb.advantages, "mask": train_mask,
+            "entropy": out.entropy, "ref_logprobs": mb.ref_logprobs, "behaviour_logprobs": mb.behaviour_logprobs,
+            "rewards": mb.rewards, "correct": mb.correct, "group_ids": mb.group_ids,
+            "response_lengths": mb.response_lengths,
+        }
+        per_token, diag = call_with_inputs(self.loss_fn, available, f"loss '{alg.loss.name}'")
+        if alg.tis_cap is not None and mb.behaviour_logprobs is not None:
+            per_token = per_token * truncated_is_weights(mb.old_logprobs, mb.behaviour_logprobs, mb.mask,
+                                                         cap=alg.tis_cap)
+        policy_loss = aggregate_loss(per_token, train_mask, **agg)
+        loss = torch.zeros((), device=self.device) if critic_only else policy_loss
         kl_value = 0.0
-        if mb.ref_logprobs is not None and cfg.kl_coef > 0:
-            kl_tok = kl_penalty(logp, mb.ref_logprobs, cfg.kl_estimator)
-            loss = loss + cfg.kl_coef * aggregate_loss(kl_tok, mb.mask, **agg)
-            kl_value = _masked_mean(kl_tok.detach(), mb.mask)
-        loss.backward()
-        stats = {"loss": float(loss.detach()), "tokens": float(mb.mask.sum())}
-        if with_entropy:
+        if mb.ref_logprobs is not None and alg.kl_placement == "loss" and self.kl_ctl.value > 0:
+            kl_tok = kl_penalty(logp, mb.ref_logprobs, alg.kl_estimator)
+            if not critic_only:
+                loss = loss + self.kl_ctl.value * aggregate_loss(kl_tok, mb.mask, "token_mean",
+                                                                 num_tokens=norms["all_tokens"])
+            kl_value = float(masked_mean(kl_tok.detach(), mb.mask))
+        elif mb.ref_logprobs is not None:
+            kl_value = float(masked_mean(kl_penalty(logp.detach(), mb.ref_logprobs, alg.kl_estimator), mb.mask))
+        if self._entropy_in_loss and self.entropy_ctl.value > 0 and not critic_only:
+            loss = loss - self.entropy_ctl.value * aggregate_loss(out.entropy, mb.mask, "token_mean",
+                                                                  num_tokens=norms["all_tokens"])
+        v_loss = None
+        if self.critic is not None:
+            values = out.values if out.values is not None else self.critic.values(mb)
+            v_loss = value_loss(values, mb.values, mb.returns, mb.mask, self.critic.cfg.value_clip,
+                                norms["all_tokens"])
+            if self.critic.separate:
+                (self.critic.cfg.coef * v_loss).backward()
+            else:
+                loss = loss + self.critic.cfg.coef * v_loss
+        if loss.requires_grad:
+            loss.backward()
+        stats: dict[str, float] = {"loss": float(loss.detach()) + (float(v_loss.detach()) if v_loss is not None else 0.0),
+                                   "tokens": float(mb.mask.sum())}
+        if first_epoch:
             log_ratio = (logp.detach() - mb.old_logprobs) * mb.mask
             stats.update(
-                pg_loss=_masked_mean(per_token.detach(), mb.mask),
+                pg_loss=float(masked_mean(per_token.detach(), train_mask)),
                 kl=kl_value,
-                entropy=_masked_mean(entropy, mb.mask) if entropy is not None else float("nan"),
-                clip_frac=_masked_mean(diag["clipped"], mb.mask) if "clipped" in diag else 0.0,
-                approx_kl_old=_masked_mean(0.5 * log_ratio.square(), mb.mask),
+                entropy=float(masked_mean(out.entropy.detach(), mb.mask)) if out.entropy is not None else float("nan"),
+                clip_frac=float(masked_mean(diag["clipped"], train_mask)) if "clipped" in diag else 0.0,
+                approx_kl_old=float(masked_mean(0.5 * log_ratio.square(), mb.mask)),
             )
+            if v_loss is not None:
+                stats["value_loss"] = float(v_loss.detach())
         return stats
 
     def _clip_and_norm(self) -> float:
         params = [p for p in self.model.parameters() if p.grad is not None]
+        if self.critic is not None and not self.critic.separate:
+            params += [p for p in self.critic.head.parameters() if p.grad is not None]
         if not params:
             return 0.0
         max_norm = self.cfg.optim.grad_clip if self.cfg.optim.grad_clip is not None else float("inf")
         return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
 
+    # -- reference reset (ProRL) -------------------------------------------------------------------------
+
+    def reset_reference(self) -> None:
+        """Copy the current policy into the reference and restart the optimizer's moments (ProRL)."""
+        assert self.reference is not None
+        self.reference.load_state_dict(self.model.state_dict())
+        self.optimizer.state.clear()
+
     # -- state -------------------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        return {
+        state = {
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "generator": self.generator.get_state(),
             "skipped_steps": self.skipped_steps,
+            "updates": self.updates,
+            "kl_ctl": self.kl_ctl.state_dict(),
+            "entropy_ctl": self.entropy_ctl.state_dict(),
         }
+        if self.critic is not None:
+            state["critic"] = self.critic.state_dict()
+        if self.reference is not None and self.cfg.algorithm.reference_reset_every:
+            state["reference"] = self.reference.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.generator.set_state(state["generator"])
         self.skipped_steps = int(state.get("skipped_steps", 0))
-
-
-def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
-    return float(masked_mean(values, mask))
+        self.updates = int(state.get("updates", 0))
+        if "kl_ctl" in state:
+            self.kl_ctl.load_state_dict(state["kl_ctl"])
+            self.entropy_ctl.load_state_dict(state["entropy_ctl"])
+        if self.critic is not None and "critic" in state:
+            self.critic.load_state_dict(state["critic"])
+        if self.reference is not None and "reference" in state:
+            self.reference.load_state_dict(state["reference"])

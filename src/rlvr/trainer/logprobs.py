@@ -1,15 +1,21 @@
-"""Per-token log-probabilities (and entropy) of given token ids under a causal LM.
+"""Per-token log-probabilities, entropy and values of given token ids under a causal LM.
 
-The logits are computed only at positions that predict a response token: the decoder runs over the whole
-sequence, but the LM head (the big [hidden, vocab] matmul) runs on the selected hidden states alone, in
-chunks, so a long prompt or a large vocabulary costs no logits memory.
+The decoder runs over the whole sequence, but the LM head (the big [hidden, vocab] matmul) runs only on the
+hidden states that predict a response token, in chunks, so a long prompt or a large vocabulary costs no logits
+memory. A value head, when given, reads the same hidden states.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
+
+
+class TokenOutputs(NamedTuple):
+    logprobs: torch.Tensor  # [B, T], 0 where mask is 0
+    entropy: torch.Tensor | None  # [B, T]
+    values: torch.Tensor | None  # [B, T]
 
 
 def _head_parts(model: Any) -> tuple[Any, Any] | None:
@@ -25,6 +31,60 @@ def _head_parts(model: Any) -> tuple[Any, Any] | None:
     return decoder, head
 
 
+def _scatter(flat: torch.Tensor, select: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    out = torch.zeros(shape, dtype=torch.float32, device=select.device)
+    out[:, 1:][select] = flat.float()
+    return out
+
+
+def forward_tokens(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    mask: torch.Tensor,
+    temperature: float = 1.0,
+    *,
+    with_entropy: bool = False,
+    entropy_grad: bool = False,
+    value_head: torch.nn.Module | None = None,
+    chunk_size: int = 4096,
+) -> TokenOutputs:
+    """log softmax(logits / T)[token] for each token t with mask[:, t] > 0 (row b's token t is predicted from
+    position t-1); optionally the entropy of that distribution (differentiable if `entropy_grad`) and
+    `value_head(hidden[t-1])`, the value of the state before token t."""
+    T = max(temperature, 1e-6)
+    select = mask[:, 1:] > 0  # [B, T-1]: position t-1 predicts token t
+    targets = input_ids[:, 1:][select]
+    parts = _head_parts(model)
+    if parts is not None:
+        decoder, head = parts
+        hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        chosen = hidden[:, :-1][select]
+        logits_of = head
+    else:
+        if value_head is not None:
+            raise ValueError("a value head needs a model whose logits are lm_head(decoder(x))")
+        logits_all = model(input_ids=input_ids, attention_mask=attention_mask).logits
+        chosen = logits_all[:, :-1][select]
+        logits_of = None
+    lps, ents = [], []
+    for start in range(0, chosen.shape[0], chunk_size):
+        rows = chosen[start : start + chunk_size]
+        logits = (logits_of(rows) if logits_of is not None else rows).float() / T
+        logp = torch.log_softmax(logits, dim=-1)
+        lps.append(logp.gather(1, targets[start : start + chunk_size, None]).squeeze(1))
+        if with_entropy:
+            with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+                ents.append(-(logp.exp() * logp).sum(-1))
+    empty = torch.zeros(0, device=input_ids.device)
+    logprobs = _scatter(torch.cat(lps) if lps else empty, select, mask.shape)
+    entropy = _scatter(torch.cat(ents) if ents else empty, select, mask.shape) if with_entropy else None
+    values = None
+    if value_head is not None:
+        values = _scatter(value_head(chosen).squeeze(-1), select, mask.shape)
+    return TokenOutputs(logprobs, entropy, values)
+
+
 def token_logprobs(
     model: Any,
     input_ids: torch.Tensor,
@@ -35,38 +95,16 @@ def token_logprobs(
     with_entropy: bool = False,
     chunk_size: int = 4096,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """log softmax(logits / T)[token] for every token t with mask[:, t] > 0, as [B, T] (0 elsewhere).
+    """(log-probs, detached entropy or None) as [B, T]; see `forward_tokens`."""
+    out = forward_tokens(model, input_ids, attention_mask, mask, temperature, with_entropy=with_entropy,
+                         chunk_size=chunk_size)
+    return out.logprobs, out.entropy
 
-    Row b's token t is predicted from position t-1. Entropy (if asked) is that of the same distribution,
-    detached: it is a diagnostic.
-    """
-    T = max(temperature, 1e-6)
-    select = mask[:, 1:] > 0  # [B, T-1]: position t-1 predicts token t
-    targets = input_ids[:, 1:][select]
-    parts = _head_parts(model)
-    if parts is not None:
-        decoder, head = parts
-        hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        chosen = hidden[:, :-1][select]
-        logits_of = lambda rows: head(rows)  # noqa: E731
-    else:
-        logits_all = model(input_ids=input_ids, attention_mask=attention_mask).logits
-        chosen = logits_all[:, :-1][select]
-        logits_of = lambda rows: rows  # noqa: E731
-    lps, ents = [], []
-    for start in range(0, chosen.shape[0], chunk_size):
-        logits = logits_of(chosen[start : start + chunk_size]).float() / T
-        logp = torch.log_softmax(logits, dim=-1)
-        lps.append(logp.gather(1, targets[start : start + chunk_size, None]).squeeze(1))
-        if with_entropy:
-            with torch.no_grad():
-                ents.append(-(logp.exp() * logp).sum(-1))
-    flat = torch.cat(lps) if lps else torch.zeros(0, device=input_ids.device)
-    out = torch.zeros(mask.shape, dtype=torch.float32, device=input_ids.device)
-    out[:, 1:][select] = flat
-    entropy = None
-    if with_entropy:
-        entropy = torch.zeros(mask.shape, dtype=torch.float32, device=input_ids.device)
-        if ents:
-            entropy[:, 1:][select] = torch.cat(ents)
-    return out, entropy
+
+def token_values(backbone: Any, value_head: torch.nn.Module, input_ids: torch.Tensor,
+                 attention_mask: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Values [B, T] from a critic: `value_head` on the decoder states that precede each masked token."""
+    decoder = backbone.get_decoder() if hasattr(backbone, "get_decoder") else backbone
+    hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    select = mask[:, 1:] > 0
+    return _scatter(value_head(hidden[:, :-1][select]).squeeze(-1), select, mask.shape)

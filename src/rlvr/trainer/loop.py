@@ -19,7 +19,6 @@ from typing import Any
 
 import torch
 
-from rlvr.algorithms import ADVANTAGES
 from rlvr.config import Config
 from rlvr.eval import evaluate, write_results
 from rlvr.models import (
@@ -51,7 +50,8 @@ from rlvr.trainer.checkpoint import (
     save_hf_dir,
     set_rng_state,
 )
-from rlvr.trainer.learner import Learner
+from rlvr.trainer.critic import Critic
+from rlvr.trainer.learner import Learner, needs_reference
 from rlvr.types import Batch, Group
 
 log = logging.getLogger("rlvr.train")
@@ -74,7 +74,7 @@ def train(cfg: Config, *, resume: bool = False, stop_after: int | None = None) -
                                trust_remote_code=cfg.model.trust_remote_code,
                                key="model.tokenizer_path" if cfg.model.tokenizer_path else "model.path")
     resolve_model_path(cfg.model.path)
-    if cfg.algorithm.kl_coef > 0 and cfg.model.reference_path:
+    if needs_reference(cfg) and cfg.model.reference_path:
         resolve_model_path(cfg.model.reference_path, "model.reference_path")
     device = resolve_device(cfg.model.device)
     PromptRenderer(task, tokenizer, cfg.model.chat_template)
@@ -98,7 +98,7 @@ def _train(cfg: Config, run_dir: Path, resume: bool, stop_after: int | None, tas
                             gradient_checkpointing=cfg.model.gradient_checkpointing)
     check_vocab(tokenizer, policy)
     reference = None
-    if cfg.algorithm.kl_coef > 0:
+    if needs_reference(cfg):
         reference = load_causal_lm(cfg.model.reference_path or cfg.model.path, dtype=dtype, device=device,
                                    trust_remote_code=cfg.model.trust_remote_code, trainable=False,
                                    key="model.reference_path" if cfg.model.reference_path else "model.path")
@@ -106,9 +106,8 @@ def _train(cfg: Config, run_dir: Path, resume: bool, stop_after: int | None, tas
     engine = ENGINES.build(cfg.rollout.engine, {}, where="rollout.engine", model=policy, tokenizer=tokenizer,
                            batch_size=cfg.rollout.batch_size)
     reward_fn = RewardFunction.from_config(cfg.rewards)
-    advantage_fn = ADVANTAGES.bind(cfg.algorithm.advantage.name, cfg.algorithm.advantage.params,
-                                   where="algorithm.advantage")
-    learner = Learner(policy, cfg, reference)
+    critic = build_critic(cfg, policy, dtype, device)
+    learner = Learner(policy, cfg, reference, critic)
     sampler = PromptSampler(len(task.train), seed=cfg.run.seed)
     params = SamplingParams(n=cfg.rollout.n, temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
                             top_k=cfg.rollout.top_k, max_new_tokens=cfg.rollout.max_new_tokens,
@@ -145,12 +144,16 @@ def _train(cfg: Config, run_dir: Path, resume: bool, stop_after: int | None, tas
             groups = rollout_groups(engine, renderer, records, params)
             rollout_s = time.perf_counter() - step_start
             reward_fn(groups, task)
-            assign_advantages(groups, advantage_fn)
-            batch = Batch.from_groups(groups, pad_id=tokenizer.pad_token_id)
 
             train_start = time.perf_counter()
+            batch = Batch.from_groups(groups, pad_id=tokenizer.pad_token_id)
+            batch, inputs = learner.prepare(batch)           # old/ref log-probs, values: only what is asked
+            advantages = learner.compute_advantages(batch, inputs)
+            record_advantages(groups, advantages, batch)
             stats = learner.update(batch)
             train_s = time.perf_counter() - train_start
+            if cfg.algorithm.reference_reset_every and step % cfg.algorithm.reference_reset_every == 0:
+                learner.reset_reference()                    # ProRL: the reference moves to the policy
             engine.sync_weights(policy, version=step)
 
             metrics = {**rollout_metrics(groups, reward_fn), **stats}
@@ -190,14 +193,29 @@ def _train(cfg: Config, run_dir: Path, resume: bool, stop_after: int | None, tas
     return run_dir
 
 
-def assign_advantages(groups: list[Group], advantage_fn: Any) -> None:
-    """Flatten rewards with their group ids, apply the estimator, and write each sample's advantage."""
-    rewards = torch.tensor([s.reward for g in groups for s in g.samples], dtype=torch.float32)
-    group_ids = torch.tensor([i for i, g in enumerate(groups) for _ in g.samples], dtype=torch.long)
-    advantages = advantage_fn(rewards, group_ids)
+def build_critic(cfg: Config, policy: Any, dtype: torch.dtype, device: torch.device) -> Critic | None:
+    spec = cfg.algorithm.critic
+    if spec is None:
+        return None
+    backbone = None
+    if spec.kind == "separate":
+        backbone = load_causal_lm(spec.path or cfg.model.path, dtype=dtype, device=device,
+                                  trust_remote_code=cfg.model.trust_remote_code,
+                                  key="algorithm.critic.path" if spec.path else "model.path")
+    return Critic(spec, policy, backbone, device)
+
+
+def record_advantages(groups: list[Group], advantages: torch.Tensor, batch: Batch) -> None:
+    """Write each sample's advantage back (a float, or one value per response token) for logs and reports."""
     flat = [s for g in groups for s in g.samples]
-    for sample, adv in zip(flat, advantages.tolist()):
-        sample.advantage = adv
+    if advantages.dim() == 1:
+        for sample, adv in zip(flat, advantages.tolist()):
+            sample.advantage = adv
+        return
+    per_token = batch.advantages.detach().cpu()
+    for row, sample in enumerate(flat):
+        start = int(batch.prompt_lengths[row])
+        sample.advantage = per_token[row, start : start + len(sample.response_ids)].tolist()
 
 
 def rollout_metrics(groups: list[Group], reward_fn: RewardFunction) -> dict[str, float]:

@@ -10,11 +10,14 @@ import torch
 from rlvr.config import OptimConfig
 
 
-def build_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
+def build_optimizer(model: torch.nn.Module, cfg: OptimConfig,
+                    extra_groups: list[dict[str, Any]] | None = None) -> torch.optim.Optimizer:
+    """AdamW over the model's trainable parameters, plus optional extra parameter groups (own lr)."""
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise ValueError("the model has no trainable parameters")
-    return torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)
+    groups = [{"params": params}, *(extra_groups or [])]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)
 
 
 def lr_factor(step: int, total: int, cfg: OptimConfig) -> float:

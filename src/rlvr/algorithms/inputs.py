@@ -1,0 +1,84 @@
+"""How the trainer feeds pure algorithm functions: by the names of their positional parameters.
+
+An advantage estimator or loss is a plain function. Its positional (non keyword-only) parameters name the
+tensors it needs, from a fixed vocabulary below; its keyword-only parameters are config knobs bound once by the
+registry. The trainer computes only what some chosen function asks for (a reference forward only if a function
+names `ref_logprobs`, a critic only if one names `values`), and a config that asks for something nothing can
+provide fails at load time, naming the fix.
+
+Shapes: N samples (rows); T token positions of the learner's batch (prompt + response, right-padded). Per-token
+tensors are indexed by the token they describe and are meaningful only where `mask` is 1.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+ADVANTAGE_INPUTS: dict[str, str] = {
+    "rewards": "[N] float, the combined reward of each sample",
+    "group_ids": "[N] long, samples of one prompt share an id (0..G-1)",
+    "correct": "[N] bool, the verifier's verdict",
+    "mask": "[N, T] float, 1 on trained response tokens",
+    "response_lengths": "[N] long, response tokens per sample",
+    "old_logprobs": "[N, T] float, log-probs of the sampling policy (temperature applied)",
+    "ref_logprobs": "[N, T] float, log-probs of the frozen reference",
+    "entropy": "[N, T] float, entropy of the sampling policy's next-token distribution",
+    "values": "[N, T] float, the critic's value estimate before each token",
+    "token_rewards": "[N, T] float, the reward on the last response token (minus a per-token KL in reward)",
+    "input_ids": "[N, T] long, the token ids",
+}
+
+LOSS_INPUTS: dict[str, str] = {
+    "logprobs": "[N, T] float, log-probs of the current policy (differentiable)",
+    "old_logprobs": "[N, T] float, log-probs of the policy that sampled (or recomputed before the update)",
+    "advantages": "[N, T] float",
+    "mask": "[N, T] float, 1 on trained response tokens",
+    "entropy": "[N, T] float, differentiable entropy of the current policy",
+    "ref_logprobs": "[N, T] float, log-probs of the frozen reference",
+    "behaviour_logprobs": "[N, T] float, the rollout engine's own log-probs",
+    "rewards": "[N] float",
+    "correct": "[N] bool",
+    "group_ids": "[N] long",
+    "response_lengths": "[N] long",
+}
+
+
+def tensor_inputs(fn: Callable[..., Any]) -> list[str]:
+    """Names of `fn`'s positional parameters: the tensors it consumes."""
+    target = fn.func if hasattr(fn, "func") else fn  # functools.partial from Registry.bind
+    return [
+        p.name for p in inspect.signature(target).parameters.values()
+        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
+
+
+def check_inputs(fn: Callable[..., Any], vocabulary: Mapping[str, str], what: str) -> list[str]:
+    """Problems with `fn`'s declared inputs (unknown names), as config error lines."""
+    unknown = [n for n in tensor_inputs(fn) if n not in vocabulary]
+    if unknown:
+        return [f"{what}: asks for {', '.join(unknown)}, which the trainer does not provide; "
+                f"known inputs: {', '.join(vocabulary)}"]
+    return []
+
+
+def call_with_inputs(fn: Callable[..., Any], available: Mapping[str, torch.Tensor | None], what: str) -> Any:
+    """Call `fn` with the tensors its positional parameters name, taken from `available`."""
+    args = []
+    for name in tensor_inputs(fn):
+        value = available.get(name)
+        if value is None:
+            raise ValueError(f"{what} needs '{name}', which was not computed for this batch")
+        args.append(value)
+    return fn(*args)
+
+
+def broadcast_to_tokens(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """[N] per-sample advantages -> [N, T] on the mask; [N, T] passes through (masked)."""
+    adv = advantages.to(mask.dtype)
+    if adv.dim() == 1:
+        adv = adv[:, None].expand_as(mask)
+    return adv * mask

@@ -1,0 +1,189 @@
+"""The ablation harness: several recipes x several seeds under one task and budget, then a comparison.
+
+    rlvr sweep recipes/grpo.yaml recipes/rloo.yaml --seeds 3 --steps 40 --task addition --out runs/sweep1
+
+Each (recipe, seed) is an ordinary `rlvr train` run in its own directory under OUT/runs/, started as a
+subprocess (so runs can go in parallel when cores allow, and a crash costs one run). Finished runs are skipped
+when the same command is run again, so an interrupted sweep continues where it stopped. The summary is
+OUT/summary.json, OUT/summary.md (mean ± std over seeds) and OUT/curves.png (reward and entropy per step).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlvr.config import ConfigError, load_config
+from rlvr.runtime import console
+from rlvr.tracking import read_metrics
+
+
+@dataclass
+class SweepRun:
+    recipe: Path
+    seed: int
+    run_dir: Path
+    overrides: list[str]
+
+    @property
+    def name(self) -> str:
+        return self.recipe.stem
+
+    @property
+    def done(self) -> bool:
+        return (self.run_dir / "final" / "config.json").is_file() and (self.run_dir / "eval_after.json").is_file()
+
+
+def plan_sweep(recipes: Sequence[str | Path], seeds: int, steps: int, out: Path, task: str | None,
+               eval_every: int | None, overrides: Sequence[str]) -> list[SweepRun]:
+    """One run per (recipe, seed); every config is validated before anything starts."""
+    common = [f"train.steps={steps}", "eval.after=true", "eval.before=false", "logging.progress=false",
+              f"eval.every={eval_every if eval_every is not None else max(1, steps // 4)}"]
+    if task is not None:
+        common.append(f"task={{name: {task}}}")
+    runs, problems = [], []
+    for recipe in recipes:
+        for seed in range(seeds):
+            run_dir = out / "runs" / Path(recipe).stem / f"seed{seed}"
+            extra = [*common, *overrides, f"run.seed={seed}", f"run.dir={run_dir}"]
+            try:
+                load_config(recipe, extra)
+            except ConfigError as err:
+                problems.append(f"{recipe}: {err}")
+                break
+            runs.append(SweepRun(Path(recipe), seed, run_dir, extra))
+    if problems:
+        raise ConfigError(problems)
+    return runs
+
+
+def _execute(run: SweepRun, threads: int) -> tuple[SweepRun, int, float]:
+    if run.done:
+        return run, 0, 0.0
+    if run.run_dir.exists():  # an earlier attempt died: start that run over
+        import shutil
+
+        shutil.rmtree(run.run_dir)
+    run.run_dir.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    started = time.perf_counter()
+    log_path = run.run_dir.parent / f"{run.run_dir.name}.log"
+    with log_path.open("w") as log:
+        proc = subprocess.run([sys.executable, "-m", "rlvr", "train", str(run.recipe), *run.overrides],
+                              stdout=log, stderr=subprocess.STDOUT, env=env)
+    return run, proc.returncode, time.perf_counter() - started
+
+
+def run_sweep(runs: list[SweepRun], out: Path, jobs: int = 1) -> dict[str, Any]:
+    out.mkdir(parents=True, exist_ok=True)
+    threads = max(1, (os.cpu_count() or 1) // max(1, jobs))
+    pending = [r for r in runs if not r.done]
+    console.print(f"sweep: {len(runs)} runs ({len(runs) - len(pending)} already done), {jobs} at a time")
+    failures = []
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for i, (run, code, seconds) in enumerate(pool.map(lambda r: _execute(r, threads), pending), start=1):
+            status = "ok" if code == 0 else f"FAILED (exit {code}, see {run.run_dir}.log)"
+            console.print(f"  [{i}/{len(pending)}] {run.name} seed {run.seed}: {status} in {seconds:.0f} s")
+            if code != 0:
+                failures.append(run)
+    summary = summarize_sweep([r for r in runs if r.done])
+    summary["failed"] = [f"{r.name} seed {r.seed}" for r in failures]
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / "summary.md").write_text(summary_table(summary) + "\n")
+    plot_curves(runs, out / "curves.png")
+    console.print(summary_table(summary))
+    return summary
+
+
+def _run_stats(run_dir: Path) -> dict[str, float]:
+    metrics = read_metrics(run_dir)
+    after = json.loads((run_dir / "eval_after.json").read_text())
+    evals = [m["eval/pass@1"] for m in metrics if "eval/pass@1" in m] + [after["pass@k"]["1"]]
+    stats = {
+        "final_pass@1": after["pass@k"]["1"],
+        "best_pass@1": max(evals),
+        "final_entropy": metrics[-1].get("entropy", float("nan")),
+        "rollout_tokens": sum(m.get("response_tokens", 0.0) for m in metrics),
+        "train_tokens": sum(m.get("train_tokens", 0.0) for m in metrics),
+        "wall_s": sum(m.get("step_s", 0.0) for m in metrics),
+    }
+    for k, v in after["pass@k"].items():
+        if k != "1":
+            stats[f"final_pass@{k}"] = v
+    return stats
+
+
+def summarize_sweep(runs: list[SweepRun]) -> dict[str, Any]:
+    by_recipe: dict[str, list[dict[str, float]]] = {}
+    for run in runs:
+        by_recipe.setdefault(run.name, []).append(_run_stats(run.run_dir))
+    recipes = {}
+    for name, rows in by_recipe.items():
+        keys = list(rows[0])
+        recipes[name] = {
+            "seeds": len(rows),
+            **{k: {"mean": statistics.fmean(r[k] for r in rows),
+                   "std": statistics.stdev([r[k] for r in rows]) if len(rows) > 1 else 0.0} for k in keys},
+        }
+    return {"recipes": recipes}
+
+
+def summary_table(summary: dict[str, Any]) -> str:
+    recipes = summary["recipes"]
+    if not recipes:
+        return "(no finished runs)"
+    keys = list(next(iter(recipes.values())))
+    keys.remove("seeds")
+    head = "| recipe | seeds | " + " | ".join(keys) + " |"
+    lines = [head, "|" + "---|" * (len(keys) + 2)]
+    for name, row in recipes.items():
+        cells = []
+        for k in keys:
+            m, s = row[k]["mean"], row[k]["std"]
+            if "pass@" in k:
+                cells.append(f"{100 * m:.1f} ± {100 * s:.1f}%")
+            elif "tokens" in k:
+                cells.append(f"{m:,.0f} ± {s:,.0f}")
+            else:
+                cells.append(f"{m:.3g} ± {s:.2g}")
+        lines.append(f"| {name} | {row['seeds']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot_curves(runs: list[SweepRun], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    names = sorted({r.name for r in runs})
+    for name in names:
+        curves = [read_metrics(r.run_dir) for r in runs if r.name == name and r.done]
+        if not curves:
+            continue
+        length = min(len(c) for c in curves)
+        for ax, key in zip(axes, ("reward_mean", "entropy")):
+            data = np.array([[m.get(key, np.nan) for m in c[:length]] for c in curves], dtype=float)
+            mean, std = np.nanmean(data, axis=0), np.nanstd(data, axis=0)
+            steps = np.arange(1, length + 1)
+            ax.plot(steps, mean, label=name)
+            ax.fill_between(steps, mean - std, mean + std, alpha=0.2)
+    for ax, title in zip(axes, ("reward (mean over seeds)", "policy entropy")):
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
