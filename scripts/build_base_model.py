@@ -32,8 +32,8 @@ sys.path.insert(0, str(ROOT / "src"))
 from rlvr.models.byte_tokenizer import save_byte_tokenizer  # noqa: E402
 from rlvr.tasks.addition import AdditionTask, worked_solution  # noqa: E402
 
-CARRY_SLIP = 0.5
-DIGIT_SLIP = 0.25
+CARRY_SLIP = 0.1
+DIGIT_SLIP = 0.3
 ARCH = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4,
             num_key_value_heads=2, max_position_embeddings=512, rope_theta=10000.0, tie_word_embeddings=True)
 MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",

@@ -200,6 +200,68 @@ def sweep(
         _fail(RuntimeError(f"{len(summary['failed'])} runs failed: {', '.join(summary['failed'])}"))
 
 
+@app.command()
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory (metrics.jsonl, eval_*.json, rollouts.jsonl, "
+                                            "config.yaml; each optional).")],
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="HTML file to write (default "
+                                                "RUN_DIR/report.html).")] = None,
+) -> None:
+    """Write one self-contained HTML report of a run: curves, evaluations, rollout browser, config.
+
+    The file opens offline, with no server. Training writes one at the end of every run.
+
+    Example: rlvr report runs/demo --out demo.html
+    """
+    from rlvr.eval.report import write_report
+
+    try:
+        typer.echo(f"Report: {write_report(run_dir, out)}")
+    except _user_errors() as err:
+        _fail(err)
+
+
+@app.command()
+def compare(
+    base: Annotated[str, typer.Argument(help="Base model dir (or 'builtin'), or an eval JSON to reuse.")],
+    trained: Annotated[str, typer.Argument(help="Trained model dir (e.g. RUN/final), or an eval JSON.")],
+    overrides: Annotated[Optional[list[str]], typer.Argument(help="key.sub=value overrides, as for eval.",
+                                                             show_default=False)] = None,
+    task: Annotated[Optional[str], typer.Option("--task", "-t", help="Task name; default: the recipe's, "
+                                                "else addition.")] = None,
+    n: Annotated[int, typer.Option("--n", help="Samples per held-out prompt; pass@k for k = 1, 2, 4, ..., n.")] = 256,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output dir: comparison.json, comparison.md, passk.png, "
+                                      "eval_base.json, eval_trained.json.")] = Path("runs/compare"),
+    config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Take task, rollout and model settings "
+                                                   "from this recipe.")] = None,
+    temperature: Annotated[Optional[float], typer.Option(help="Sampling temperature (default: 1.0).")] = None,
+    size: Annotated[Optional[int], typer.Option(help="Use only the first SIZE held-out prompts.")] = None,
+) -> None:
+    """Compare the reasoning boundary of a base and a trained model: pass@k for k = 1..n.
+
+    Reproduces "Does Reinforcement Learning Really Incentivize Reasoning Capacity in LLMs Beyond the Base
+    Model?" (Yue et al., arXiv:2504.13837): both pass@k curves on a log-k axis, the problems only one model
+    solves, and the k where the curves cross.
+
+    Example: rlvr compare builtin runs/demo/final --task addition --n 256 --out runs/demo/compare
+    """
+    from rlvr.config import load_config
+    from rlvr.eval.compare import CompareError, powers_of_two, print_comparison, run_compare
+
+    extra = [f"eval.n={n}", f"eval.ks={powers_of_two(n)}", f"model.path={base}"]
+    if task is not None:
+        extra.append(f"task.name={task}")
+    if temperature is not None:
+        extra.append(f"eval.temperature={temperature}")
+    if size is not None:
+        extra.append(f"eval.size={size}")
+    try:
+        cfg = load_config(config, [*extra, *(overrides or [])])
+        print_comparison(run_compare(cfg, base, trained, out), out)
+    except (*_user_errors(), CompareError) as err:
+        _fail(err)
+
+
 @config_app.command("show")
 def config_show(
     args: Annotated[list[str], typer.Argument(help=ARGS_HELP, show_default=False)],

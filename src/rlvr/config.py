@@ -51,6 +51,8 @@ class ComponentSpec(BaseModel):
 
 class RewardSpec(ComponentSpec):
     weight: float = 1.0
+    gate: str | None = None  # count this term only when reward `gate` >= gate_threshold (G-RA)
+    gate_threshold: float = 1.0
 
 
 class RunConfig(Strict):
@@ -114,6 +116,9 @@ class TrainConfig(Strict):
         False, description="Recompute old log-probs with a learner forward instead of using the engine's."
     )
     max_fault_steps: int = Field(3, ge=1, description="Consecutive non-finite steps before the run stops.")
+    prompt_split: Literal["train", "heldout"] = Field(
+        "train", description="Draw training prompts from this split; heldout is test-time RL (TTRL)."
+    )
 
 
 class CriticConfig(Strict):
@@ -185,6 +190,12 @@ class EvalConfig(Strict):
 class LoggingConfig(Strict):
     console_every: int = Field(1, ge=1, description="Print a metrics line every N steps.")
     progress: bool = Field(True, description="Show a progress bar (off when not a terminal).")
+    sinks: list[Literal["jsonl", "tensorboard", "wandb", "mlflow"]] = Field(
+        default_factory=lambda: ["jsonl"],
+        description="Metric sinks: jsonl (always on), tensorboard, wandb (offline), mlflow (local file store).",
+    )
+    rollouts_every: int = Field(10, ge=0, description="Store sample prompts/responses every N steps; 0 disables.")
+    rollouts_per_step: int = Field(16, ge=0, description="At most this many samples per stored step.")
 
 
 class Config(Strict):
@@ -270,6 +281,13 @@ def resolve_components(cfg: Config) -> list[str]:
                         f"{', '.join(ENGINES.names())}")
     if not cfg.rewards:
         problems.append("rewards: at least one reward component is needed")
+    names = [r.name for r in cfg.rewards]
+    for i, r in enumerate(cfg.rewards):
+        if r.gate is not None and (r.gate not in names or r.gate == r.name):
+            problems.append(f"rewards[{i}].gate: must name another reward in this list ({', '.join(names)}); "
+                            f"got {r.gate!r}")
+    if len(set(names)) != len(names):
+        problems.append(f"rewards: each component may appear once; got {names}")
     problems.extend(_algorithm_problems(cfg))
     if cfg.train.mini_batches > cfg.train.prompts_per_step:
         problems.append(

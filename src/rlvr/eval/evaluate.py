@@ -1,19 +1,25 @@
-"""Held-out evaluation: n samples per prompt, pass@k, accuracy, mean length, per-difficulty breakdown."""
+"""Held-out evaluation: n samples per prompt, pass@k, maj@k, accuracy, mean length, per-difficulty breakdown."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rlvr.eval.passk import mean_pass_at_k
-from rlvr.rewards import RewardFunction
-from rlvr.rewards.base import CorrectnessReward
+from rlvr.eval.passk import maj_at_k, mean_pass_at_k
+from rlvr.rewards import CorrectnessReward, RewardFunction
 from rlvr.rollout.base import RolloutEngine, SamplingParams, rollout_groups
 from rlvr.types import TaskRecord
+
+log = logging.getLogger(__name__)
+
+# Longer extracted answers (e.g. whole code blocks) are stored shortened; the vote itself uses the full text.
+MAX_ANSWER_CHARS = 200
 
 
 def evaluate(
@@ -40,8 +46,10 @@ def evaluate(
         verify(groups, task)
         for g in groups:
             c = sum(bool(s.correct) for s in g.samples)
+            answers = [s.meta.get("extracted") for s in g.samples]
+            flags = [bool(s.correct) for s in g.samples]
             lengths.extend(len(s.response_ids) for s in g.samples)
-            problems.append({
+            problem: dict[str, Any] = {
                 "id": g.record.id,
                 "difficulty": g.record.difficulty,
                 "source": g.record.source,
@@ -49,38 +57,87 @@ def evaluate(
                 "correct": c,
                 "truncated": sum(s.truncated for s in g.samples),
                 "example": g.samples[0].text[:500],
-            })
+            }
+            # A correct sample without an extracted answer means the verifier reports none: no vote to count.
+            if not any(ok and a is None for a, ok in zip(answers, flags)):
+                problem["maj@k"] = {str(k): maj_at_k(answers, flags, k) for k in ks}
+                problem["answers"] = [short_answer(a) for a in answers]
+                problem["sample_correct"] = flags
+            problems.append(problem)
         if on_progress:
             on_progress(min(start + prompts_per_call, len(records)), len(records))
+    verify.close()
     return summarize(problems, ks, lengths, extra={
         "n": params.n, "temperature": params.temperature, "max_new_tokens": params.max_new_tokens,
         "seconds": round(time.perf_counter() - started, 2),
     })
 
 
+def short_answer(answer: str | None) -> str | None:
+    """An answer as stored in the result: unchanged when short, else a prefix plus a hash of the full text, so
+    that equal answers stay equal (and maj@k can be recomputed from the file) without storing whole programs."""
+    if answer is None or len(answer) <= MAX_ANSWER_CHARS:
+        return answer
+    digest = hashlib.sha1(answer.encode("utf-8", "replace")).hexdigest()[:12]
+    return f"{answer[: MAX_ANSWER_CHARS - 20]}...#{digest}"
+
+
+def _problem_maj(p: dict[str, Any], k: int) -> float | None:
+    """A problem's maj@k: the stored value, else computed from its answers; None when it has neither."""
+    stored = p.get("maj@k", {}).get(str(k))
+    if stored is not None:
+        return float(stored)
+    if p.get("answers") is not None and p.get("sample_correct") is not None and k <= len(p["answers"]):
+        return maj_at_k(p["answers"], p["sample_correct"], k)
+    return None
+
+
+def _mean_maj(problems: list[dict[str, Any]], ks: Sequence[int]) -> dict[str, float] | None:
+    """Mean maj@k per k, or None when some problem carries no answers (results from older versions)."""
+    out = {}
+    for k in ks:
+        values = [_problem_maj(p, k) for p in problems]
+        if not values or any(v is None for v in values):
+            return None
+        out[str(k)] = sum(values) / len(values)  # type: ignore[arg-type]
+    return out
+
+
 def summarize(problems: list[dict[str, Any]], ks: Sequence[int], lengths: list[int],
               extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Aggregate per-problem records (`n`, `correct`, optional `answers`/`sample_correct`) into the result.
+
+    `maj@k` is included when every problem carries its extracted answers.
+    """
     counts = [(p["n"], p["correct"]) for p in problems]
     total = sum(n for n, _ in counts)
     result: dict[str, Any] = {
         "num_prompts": len(problems),
         **(extra or {}),
         "pass@k": {str(k): mean_pass_at_k(counts, k) for k in ks},
+    }
+    maj = _mean_maj(problems, ks)
+    if maj is not None:
+        result["maj@k"] = maj
+    result.update({
         "accuracy": sum(c for _, c in counts) / max(total, 1),
         "mean_length": sum(lengths) / max(len(lengths), 1),
         "truncated_frac": sum(p["truncated"] for p in problems) / max(total, 1),
-    }
+    })
     for key in ("difficulty", "source"):
         buckets: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for p in problems:
             if p.get(key) not in (None, ""):
                 buckets[str(p[key])].append(p)
         if len(buckets) > 1:
-            result[f"by_{key}"] = {
-                b: {"num_prompts": len(ps), "pass@k": {str(k): mean_pass_at_k([(p["n"], p["correct"]) for p in ps], k)
-                                                       for k in ks}}
-                for b, ps in sorted(buckets.items())
-            }
+            result[f"by_{key}"] = {}
+            for b, ps in sorted(buckets.items()):
+                sub: dict[str, Any] = {"num_prompts": len(ps), "pass@k": {
+                    str(k): mean_pass_at_k([(p["n"], p["correct"]) for p in ps], k) for k in ks}}
+                sub_maj = _mean_maj(ps, ks)
+                if sub_maj is not None:
+                    sub["maj@k"] = sub_maj
+                result[f"by_{key}"][b] = sub
     result["problems"] = problems
     return result
 

@@ -53,6 +53,9 @@ def print_result(result: dict[str, Any]) -> None:
         table.add_column(f"pass@{k}", justify="right")
     table.add_column("prompts", justify="right")
     table.add_row("all", *(f"{100 * result['pass@k'][k]:.1f}%" for k in ks), str(result["num_prompts"]))
+    if result.get("maj@k"):
+        table.add_row("all (maj@k)", *(f"{100 * result['maj@k'][k]:.1f}%" if k in result["maj@k"] else "-"
+                                       for k in ks), str(result["num_prompts"]))
     for key in ("by_difficulty", "by_source"):
         for name, sub in result.get(key, {}).items():
             table.add_row(f"{key[3:]}={name}", *(f"{100 * sub['pass@k'][k]:.1f}%" for k in ks),

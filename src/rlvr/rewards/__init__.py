@@ -1,5 +1,18 @@
-"""Rewards: the registry of reward components, the weighted combination, and verifier helpers."""
+"""Rewards: the registry of reward components, their weighted combination, and verifier helpers.
 
-from rlvr.rewards.base import REWARDS, CorrectnessReward, RewardComponent, RewardFunction, RewardOutput
+Importing this package registers the built-in components: correctness (the task's verifier), shaping
+(format, overlong, lead_length, concise_length, otc), label-free (ttrl, ttrv, evol_rl, co_reward, rlpr,
+self_certainty) and model-based (reward_model, judge).
+"""
 
-__all__ = ["REWARDS", "CorrectnessReward", "RewardComponent", "RewardFunction", "RewardOutput"]
+from rlvr.rewards import label_free, models, shaping  # noqa: F401  (registration)
+from rlvr.rewards.base import (
+    REWARDS,
+    CorrectnessReward,
+    RewardComponent,
+    RewardContext,
+    RewardFunction,
+    RewardOutput,
+)
+
+__all__ = ["REWARDS", "CorrectnessReward", "RewardComponent", "RewardContext", "RewardFunction", "RewardOutput"]

@@ -1,17 +1,29 @@
-"""Rewards: named components, each scoring a whole group, combined by weights into `Sample.reward`.
+"""Rewards: named components combined by weights into `Sample.reward`, each visible in the metrics.
 
-A reward component is a registered class whose instances are called as `component(group, task)` and return
-one `RewardOutput` per sample. Components see the whole group so that label-free rewards (majority vote)
-fit the same interface as per-sample verifiers. A failure in one sample gives that sample 0 with the reason
-recorded; it never stops the run.
+A reward component is a registered class. Its keyword-only constructor parameters are its config knobs; a
+positional `context` parameter, if it has one, receives a `RewardContext` (the policy and tokenizer, for
+rewards computed from the model itself). An instance scores either one group at a time,
+`component(group, task) -> list[RewardOutput]`, or a whole batch, `component.score_batch(groups, task)`, for
+rewards that compare groups (Co-Reward). Components see whole groups so that label-free rewards (majority
+vote) fit the same interface as per-sample verifiers.
+
+A failure in one sample gives that sample 0 with the reason recorded; a failing component gives its samples
+0; neither stops the run. Failures are counted by reason.
+
+Gating (G-RA): a component with `gate: other` counts for a sample only when that sample's `other` reward is at
+least `gate_threshold`.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
+
+from pydantic import Field
 
 from rlvr.registry import Registry
 from rlvr.types import Group
@@ -29,66 +41,196 @@ class RewardOutput:
     failed: bool = False  # the scorer raised; counted in the metrics by reason
 
 
+@dataclass
+class RewardContext:
+    """What model-based and label-free rewards may use besides the samples themselves."""
+
+    policy: Any = None
+    tokenizer: Any = None
+    temperature: float = 1.0
+    max_new_tokens: int = 256
+
+
 class RewardComponent(Protocol):
     def __call__(self, group: Group, task: Any) -> list[RewardOutput]: ...
 
 
 @REWARDS.register("correctness")
 class CorrectnessReward:
-    """The task's verifier: reward in [0, 1] and a reason per sample. Also sets `Sample.correct`."""
+    """The task's verifier: reward in [0, 1] and a reason per sample. Also sets `Sample.correct`.
+
+    With `workers > 0` (the default) the whole batch is verified in a pool of forked worker processes, each call
+    under `timeout` seconds: a verifier that raises, hangs or crashes costs that sample reward 0 with the reason,
+    and a hung or dead worker is replaced. `workers: 0` verifies in this process (no timeout).
+    """
+
+    def __init__(self, *, workers: Annotated[int, Field(ge=0)] = 2, timeout: Annotated[float, Field(gt=0)] = 30.0):
+        self.workers, self.timeout = workers, timeout
+        self._pool: Any = None
+        self._pool_task: Any = None
+
+    def _verify_all(self, pairs: list[tuple[str, Any]], task: Any) -> list[Any]:
+        """VerifyResults for (text, record) pairs; failures become reward 0 with `meta['verifier_failure']`."""
+        from rlvr.tasks.base import VerifyResult
+
+        if self.workers > 0 and len(pairs) > 1:
+            from rlvr.rewards.pool import VerifierPool
+
+            if self._pool is None or self._pool_task is not task:
+                self.close()
+                self._pool, self._pool_task = VerifierPool(task, self.workers, self.timeout), task
+            return self._pool.map(pairs)
+        results = []
+        for text, record in pairs:
+            try:
+                results.append(task.verify(text, record))
+            except Exception as err:  # a verifier bug must cost one sample, not the run
+                results.append(VerifyResult(0.0, False, f"verifier error: {type(err).__name__}: {err}", None,
+                                            {"verifier_failure": "error"}))
+        return results
+
+    def score_batch(self, groups: list[Group], task: Any) -> list[list[RewardOutput]]:
+        samples = [(s, g.record) for g in groups for s in g.samples]
+        results = self._verify_all([(s.text, record) for s, record in samples], task)
+        flat = []
+        for (sample, record), v in zip(samples, results):
+            sample.meta["extracted"] = v.extracted  # for majority votes (maj@k) and the rollout browser
+            failed = "verifier_failure" in v.meta
+            if failed:
+                log.warning("%s (prompt %s)", v.reason, record.id)
+            flat.append(RewardOutput(float(v.reward), v.reason, bool(v.correct), failed=failed))
+        out, i = [], 0
+        for g in groups:
+            out.append(flat[i : i + len(g.samples)])
+            i += len(g.samples)
+        return out
 
     def __call__(self, group: Group, task: Any) -> list[RewardOutput]:
-        out = []
-        for sample in group.samples:
-            try:
-                v = task.verify(sample.text, group.record)
-                out.append(RewardOutput(float(v.reward), v.reason, bool(v.correct)))
-            except Exception as err:  # a verifier bug must cost one sample, not the run
-                reason = f"verifier error: {type(err).__name__}: {err}"
-                log.warning("%s (prompt %s)", reason, group.record.id)
-                out.append(RewardOutput(0.0, reason, False, failed=True))
-        return out
+        return self.score_batch([group], task)[0]
+
+    def metrics(self) -> dict[str, float]:
+        if self._pool is None:
+            return {}
+        stats = self._pool.stats()
+        self._pool.reset_stats()
+        return {"verify_calls_per_s": stats.get("calls_per_s", 0.0), "verifier_timeouts": stats.get("timeouts", 0),
+                "verifier_crashes": stats.get("crashes", 0), "verifier_restarts": stats.get("restarts", 0)}
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+
+@dataclass
+class RewardTerm:
+    name: str
+    weight: float
+    component: Any
+    gate: str | None = None
+    gate_threshold: float = 1.0
+
+
+def build_component(name: str, params: dict[str, Any], context: RewardContext | None, where: str) -> Any:
+    cls = REWARDS.get(name)
+    target = cls.__init__ if inspect.isclass(cls) else cls
+    runtime = {"context": context or RewardContext()} if "context" in inspect.signature(target).parameters else {}
+    return REWARDS.build(name, params, where=where, **runtime)
 
 
 class RewardFunction:
-    """The weighted sum of reward components: fills `rewards`, `reward` and `correct` of every sample."""
+    """The weighted (and optionally gated) sum of reward components: fills `rewards`, `reward` and `correct`
+    of every sample; `last_metrics` holds the components' own statistics for the step."""
 
-    def __init__(self, components: list[tuple[str, float, RewardComponent]]):
-        self.components = components
+    def __init__(self, terms: Sequence[RewardTerm | tuple[str, float, Any]]):
+        self.terms = [t if isinstance(t, RewardTerm) else RewardTerm(*t) for t in terms]
         self.failures: Counter[str] = Counter()
+        self.last_metrics: dict[str, float] = {}
+
+    @property
+    def components(self) -> list[tuple[str, float, Any]]:
+        return [(t.name, t.weight, t.component) for t in self.terms]
 
     @classmethod
-    def from_config(cls, specs: list[Any]) -> RewardFunction:
-        return cls([(s.name, s.weight, REWARDS.build(s.name, s.params, where="rewards")) for s in specs])
+    def from_config(cls, specs: list[Any], context: RewardContext | None = None) -> RewardFunction:
+        terms = []
+        for i, s in enumerate(specs):
+            component = build_component(s.name, s.params, context, f"rewards[{i}]")
+            terms.append(RewardTerm(s.name, s.weight, component, getattr(s, "gate", None),
+                                    getattr(s, "gate_threshold", 1.0)))
+        return cls(terms)
+
+    def close(self) -> None:
+        """Release what components hold (worker processes)."""
+        for t in self.terms:
+            close = getattr(t.component, "close", None)
+            if callable(close):
+                close()
+
+    @property
+    def needs_paraphrases(self) -> bool:
+        return any(getattr(t.component, "needs_paraphrases", False) for t in self.terms)
+
+    def _score(self, term: RewardTerm, groups: list[Group], task: Any) -> list[list[RewardOutput]]:
+        def fallback(err: Exception, group: Group) -> list[RewardOutput]:
+            log.warning("reward '%s' failed on %s: %s", term.name, group.record.id, err)
+            # correct=None: a broken shaping term must not overwrite the verifier's verdict
+            return [RewardOutput(0.0, f"reward error: {type(err).__name__}: {err}", None, failed=True)
+                    for _ in group.samples]
+
+        batch_scorer = getattr(term.component, "score_batch", None)
+        if batch_scorer is not None:
+            try:
+                outputs = batch_scorer(groups, task)
+                if len(outputs) != len(groups):
+                    raise ValueError(f"returned {len(outputs)} groups of rewards for {len(groups)} groups")
+                for group, out in zip(groups, outputs):
+                    if len(out) != len(group.samples):
+                        raise ValueError(f"returned {len(out)} rewards for {len(group.samples)} samples")
+                return outputs
+            except Exception as err:
+                return [fallback(err, g) for g in groups]
+        results = []
+        for group in groups:
+            try:
+                out = term.component(group, task)
+                if len(out) != len(group.samples):
+                    raise ValueError(f"returned {len(out)} rewards for {len(group.samples)} samples")
+            except Exception as err:
+                out = fallback(err, group)
+            results.append(out)
+        return results
 
     def __call__(self, groups: list[Group], task: Any) -> None:
-        for group in groups:
-            totals = [0.0] * len(group.samples)
-            for name, weight, component in self.components:
-                try:
-                    outputs = component(group, task)
-                    if len(outputs) != len(group.samples):
-                        raise ValueError(f"returned {len(outputs)} rewards for {len(group.samples)} samples")
-                except Exception as err:
-                    log.warning("reward '%s' failed on %s: %s", name, group.record.id, err)
-                    # correct=None: a broken shaping term must not overwrite the verifier's verdict
-                    outputs = [RewardOutput(0.0, f"reward error: {type(err).__name__}: {err}", None, failed=True)
-                               for _ in group.samples]
-                for i, (sample, o) in enumerate(zip(group.samples, outputs)):
-                    sample.rewards[name] = o.value
-                    sample.meta.setdefault("reasons", {})[name] = o.reason
+        scored = {t.name: self._score(t, groups, task) for t in self.terms}
+        self.last_metrics = {}
+        for t in self.terms:
+            stats = getattr(t.component, "metrics", None)
+            if callable(stats):
+                self.last_metrics.update({f"reward/{t.name}/{k}": float(v) for k, v in stats().items()})
+        for g, group in enumerate(groups):
+            for i, sample in enumerate(group.samples):
+                total = 0.0
+                for t in self.terms:
+                    o = scored[t.name][g][i]
+                    sample.rewards[t.name] = o.value
+                    sample.meta.setdefault("reasons", {})[t.name] = o.reason
                     if o.correct is not None:
                         sample.correct = o.correct
                     if o.failed:
-                        self.failures[f"{name}: {_failure_kind(o.reason)}"] += 1
-                    totals[i] += weight * o.value
-            for sample, total in zip(group.samples, totals):
+                        self.failures[f"{t.name}: {_failure_kind(o.reason)}"] += 1
+                    if t.gate is not None and scored[t.gate][g][i].value < t.gate_threshold:
+                        continue  # gated: this term only counts once the outcome passes
+                    total += t.weight * o.value
                 sample.reward = total
 
 
 def _failure_kind(reason: str) -> str:
-    """'verifier error: ValueError: bad' -> 'ValueError'; a reason without that shape is used as it is."""
+    """'verifier error: ValueError: bad' -> 'ValueError'; 'verifier timeout after 3s' -> 'timeout'."""
     parts = [p.strip() for p in reason.split(":")]
     if len(parts) >= 3 and parts[0].endswith("error"):
         return parts[1]
+    for kind in ("timeout", "crashed"):
+        if kind in parts[0]:
+            return kind
     return parts[0][:60] or "failed"

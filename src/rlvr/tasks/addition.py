@@ -127,5 +127,12 @@ class AdditionTask(Task):
             return VerifyResult(1.0, True, "correct", found)
         return VerifyResult(0.0, False, f"wrong answer: got {found}, expected {record.answer}", found)
 
+    def paraphrase(self, record: TaskRecord) -> TaskRecord:
+        """b+a for a+b: the same sum, asked differently (Co-Reward's paraphrase pairs)."""
+        a, b = record.meta["a"], record.meta["b"]
+        return TaskRecord(id=f"{record.id}-swap", question=f"{b}+{a}", answer=record.answer,
+                          difficulty=record.difficulty, source=record.source,
+                          meta={"a": b, "b": a, "paraphrase_of": record.id})
+
     def worked_solution(self, record: TaskRecord, **slips) -> tuple[str, bool]:
         return worked_solution(record.meta["a"], record.meta["b"], **slips)

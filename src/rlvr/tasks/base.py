@@ -74,6 +74,26 @@ class Task(abc.ABC):
     def verify(self, response: str, record: TaskRecord) -> VerifyResult:
         """Score one decoded response. May raise; the reward stage turns exceptions into reward 0."""
 
+    # -- hooks for label-free rewards (majority vote needs answers without a reference) ------------------
+
+    def extract_answer(self, response: str) -> str | None:
+        """The final answer in a response, or None. Label-free rewards vote over these."""
+        from rlvr.rewards.verifiers import extract_answer
+
+        return extract_answer(response, "auto")
+
+    def answers_match(self, a: str, b: str) -> bool:
+        """Whether two extracted answers are the same answer (numbers compared as numbers)."""
+        from rlvr.rewards.verifiers import exact_equal, numbers_equal, parse_number
+
+        if parse_number(a) is not None and parse_number(b) is not None:
+            return numbers_equal(a, b)[0]
+        return exact_equal(a, b)[0]
+
+    def paraphrase(self, record: TaskRecord) -> TaskRecord | None:
+        """An equivalent rewording of the problem (same answer), or None when the task has none."""
+        return None
+
     def plain_prompt(self, record: TaskRecord) -> str:
         return self.prompt_template.format(question=record.question)
 

@@ -139,6 +139,13 @@ class JsonlTask(Task):
                 return f"empty or missing '{self.columns[role]}'"
         return None
 
+    def extract_answer(self, response: str) -> str | None:
+        return extract_answer(response, self.extract)
+
+    def answers_match(self, a: str, b: str) -> bool:
+        check = {"exact": exact_equal, "numeric": numbers_equal, "math": math_equal}[self.verifier]
+        return check(a, b)[0]
+
     def verify(self, response: str, record: TaskRecord) -> VerifyResult:
         found = extract_answer(response, self.extract)
         if found is None:

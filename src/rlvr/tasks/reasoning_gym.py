@@ -90,6 +90,11 @@ class ReasoningGymTask(Task):
             meta={"entry": entry, "scorer": ds},
         )
 
+    def extract_answer(self, response: str) -> str | None:
+        from reasoning_gym.utils import extract_answer
+
+        return extract_answer(response)
+
     def verify(self, response: str, record: TaskRecord) -> VerifyResult:
         from reasoning_gym.utils import extract_answer
 

@@ -4,8 +4,9 @@
         prompts  = sampler.next(prompts_per_step)              which prompts
         groups   = rollout(engine, prompts, n)                 n samples each, with behaviour log-probs
         rewards  = reward_fn(groups)                           verifiers, weighted components
-        adv      = advantage_fn(rewards, group_ids)            e.g. GRPO group normalization
-        metrics  = learner.update(Batch.from_groups(groups))   PPO-clip epochs / mini-batches
+        batch    = learner.prepare(Batch.from_groups(groups))  old/ref log-probs, values: only what is asked for
+        adv      = learner.compute_advantages(batch)           the estimator, e.g. GRPO group normalization
+        metrics  = learner.update(batch)                       policy loss over epochs x mini-batches
         engine.sync_weights(policy, version = step)            the sampler now uses the new policy
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ import torch
 
 from rlvr.config import Config
 from rlvr.eval import evaluate, write_results
+from rlvr.eval.report import write_report
 from rlvr.models import (
     check_vocab,
     load_causal_lm,
@@ -29,7 +32,7 @@ from rlvr.models import (
     resolve_dtype,
     resolve_model_path,
 )
-from rlvr.rewards import RewardFunction
+from rlvr.rewards import RewardContext, RewardFunction
 from rlvr.rollout import ENGINES, SamplingParams, rollout_groups
 from rlvr.runtime import (
     ProgressReporter,
@@ -42,7 +45,7 @@ from rlvr.runtime import (
 )
 from rlvr.sampling import PromptSampler
 from rlvr.tasks import PromptRenderer, build_task
-from rlvr.tracking import JsonlSink
+from rlvr.tracking import RolloutWriter, build_sinks, check_sinks
 from rlvr.trainer.checkpoint import (
     latest_checkpoint,
     load_trainer_state,
@@ -78,6 +81,7 @@ def train(cfg: Config, *, resume: bool = False, stop_after: int | None = None) -
         resolve_model_path(cfg.model.reference_path, "model.reference_path")
     device = resolve_device(cfg.model.device)
     PromptRenderer(task, tokenizer, cfg.model.chat_template)
+    check_sinks(cfg.logging.sinks)
 
     run_dir = prepare_run_dir(cfg, resume)
     log_handler = attach_log_file(run_dir)
@@ -88,8 +92,48 @@ def train(cfg: Config, *, resume: bool = False, stop_after: int | None = None) -
         log_handler.close()
 
 
+@dataclass
+class Run:
+    """Everything one training run holds, built once by `_build` and driven by `_loop`."""
+
+    cfg: Config
+    run_dir: Path
+    task: Any
+    prompts: Any  # the split training prompts are drawn from
+    tokenizer: Any
+    policy: Any
+    engine: Any
+    renderer: PromptRenderer
+    reward_fn: RewardFunction
+    learner: Learner
+    sampler: PromptSampler
+    params: SamplingParams
+    start_step: int = 0
+    faults: int = 0  # consecutive steps whose every optimizer step was skipped
+
+    def checkpoint(self, step: int) -> Path:
+        state = {"learner": self.learner.state_dict(), "sampler": self.sampler.state_dict(), "faults": self.faults}
+        return save_checkpoint(self.run_dir, step, self.policy, self.tokenizer, state, self.cfg.checkpoint.keep_last)
+
+    def evaluate(self, tag: str) -> dict[str, Any]:
+        return _evaluate(self.cfg, self.engine, self.renderer, self.task, self.run_dir, tag)
+
+
 def _train(cfg: Config, run_dir: Path, resume: bool, stop_after: int | None, task: Any, tokenizer: Any,
            device: torch.device) -> Path:
+    run = _build(cfg, run_dir, resume, task, tokenizer, device)
+    resume_step = run.start_step if resume else None
+    sink = build_sinks(cfg.logging.sinks, run_dir, cfg.model_dump(mode="json"), resume_from_step=resume_step)
+    rollouts = RolloutWriter(run_dir, cfg.logging.rollouts_every, cfg.logging.rollouts_per_step,
+                             resume_from_step=resume_step)
+    try:
+        return _loop(run, sink, rollouts, stop_after)
+    finally:
+        sink.close()
+        run.reward_fn.close()
+
+
+def _build(cfg: Config, run_dir: Path, resume: bool, task: Any, tokenizer: Any, device: torch.device) -> Run:
     seed_everything(cfg.run.seed)
     dtype = resolve_dtype(cfg.model.dtype, device)
     checkpoint = latest_checkpoint(run_dir) if resume else None
@@ -102,51 +146,52 @@ def _train(cfg: Config, run_dir: Path, resume: bool, stop_after: int | None, tas
         reference = load_causal_lm(cfg.model.reference_path or cfg.model.path, dtype=dtype, device=device,
                                    trust_remote_code=cfg.model.trust_remote_code, trainable=False,
                                    key="model.reference_path" if cfg.model.reference_path else "model.path")
-    renderer = PromptRenderer(task, tokenizer, cfg.model.chat_template)
     engine = ENGINES.build(cfg.rollout.engine, {}, where="rollout.engine", model=policy, tokenizer=tokenizer,
                            batch_size=cfg.rollout.batch_size)
-    reward_fn = RewardFunction.from_config(cfg.rewards)
-    critic = build_critic(cfg, policy, dtype, device)
-    learner = Learner(policy, cfg, reference, critic)
-    sampler = PromptSampler(len(task.train), seed=cfg.run.seed)
-    params = SamplingParams(n=cfg.rollout.n, temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
-                            top_k=cfg.rollout.top_k, max_new_tokens=cfg.rollout.max_new_tokens,
-                            stop=list(cfg.rollout.stop))
-
-    start_step, faults = 0, 0
+    reward_fn = RewardFunction.from_config(cfg.rewards, RewardContext(
+        policy=policy, tokenizer=tokenizer, temperature=cfg.rollout.temperature,
+        max_new_tokens=cfg.rollout.max_new_tokens))
+    learner = Learner(policy, cfg, reference, build_critic(cfg, policy, dtype, device))
+    prompts = task.heldout if cfg.train.prompt_split == "heldout" else task.train  # heldout: test-time RL
+    run = Run(
+        cfg=cfg, run_dir=run_dir, task=task, prompts=prompts, tokenizer=tokenizer, policy=policy, engine=engine,
+        renderer=PromptRenderer(task, tokenizer, cfg.model.chat_template), reward_fn=reward_fn, learner=learner,
+        sampler=PromptSampler(len(prompts), seed=cfg.run.seed),
+        params=SamplingParams(n=cfg.rollout.n, temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
+                              top_k=cfg.rollout.top_k, max_new_tokens=cfg.rollout.max_new_tokens,
+                              stop=list(cfg.rollout.stop)),
+    )
     if checkpoint is not None:
         state = load_trainer_state(checkpoint)
         learner.load_state_dict(state["learner"])
-        sampler.load_state_dict(state["sampler"])
+        run.sampler.load_state_dict(state["sampler"])
         set_rng_state(state["rng"])
-        start_step, faults = int(state["step"]), int(state.get("faults", 0))
-        console.print(f"Resuming {run_dir} from step {start_step} ({checkpoint.name})")
+        run.start_step, run.faults = int(state["step"]), int(state.get("faults", 0))
+        console.print(f"Resuming {run_dir} from step {run.start_step} ({checkpoint.name})")
     elif resume:
         console.print(f"No complete checkpoint in {run_dir}; starting it from step 0")
-    engine.sync_weights(policy, version=start_step)
-    sink = JsonlSink(run_dir / "metrics.jsonl", resume_from_step=start_step if resume else None)
+    engine.sync_weights(policy, version=run.start_step)
+    return run
 
-    def run_eval(tag: str) -> dict[str, Any]:
-        return _evaluate(cfg, engine, renderer, task, run_dir, tag)
 
-    def checkpoint_now(step: int) -> Path:
-        state = {"learner": learner.state_dict(), "sampler": sampler.state_dict(), "faults": faults}
-        return save_checkpoint(run_dir, step, policy, tokenizer, state, cfg.checkpoint.keep_last)
-
-    before = run_eval("before") if cfg.eval.before and start_step == 0 else None
+def _loop(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | None) -> Path:
+    cfg, task, learner, engine, reward_fn = run.cfg, run.task, run.learner, run.engine, run.reward_fn
+    before = run.evaluate("before") if cfg.eval.before and run.start_step == 0 else None
     last_step = cfg.train.steps if stop_after is None else min(cfg.train.steps, stop_after)
-    with ProgressReporter("train", cfg.train.steps, cfg.logging.progress, completed=start_step) as progress:
-        for step in range(start_step + 1, last_step + 1):
+    with ProgressReporter("train", cfg.train.steps, cfg.logging.progress, completed=run.start_step) as progress:
+        for step in range(run.start_step + 1, last_step + 1):
             step_start = time.perf_counter()
             torch.manual_seed(step_seed(cfg.run.seed, step))
-            records = [task.train[i] for i in sampler.next(cfg.train.prompts_per_step)]
+            records = [run.prompts[i] for i in run.sampler.next(cfg.train.prompts_per_step)]
+            if reward_fn.needs_paraphrases:  # Co-Reward scores each prompt against its paraphrase
+                records = [r for rec in records for r in (rec, task.paraphrase(rec)) if r is not None]
 
-            groups = rollout_groups(engine, renderer, records, params)
+            groups = rollout_groups(engine, run.renderer, records, run.params)
             rollout_s = time.perf_counter() - step_start
             reward_fn(groups, task)
 
             train_start = time.perf_counter()
-            batch = Batch.from_groups(groups, pad_id=tokenizer.pad_token_id)
+            batch = Batch.from_groups(groups, pad_id=run.tokenizer.pad_token_id)
             batch, inputs = learner.prepare(batch)           # old/ref log-probs, values: only what is asked
             advantages = learner.compute_advantages(batch, inputs)
             record_advantages(groups, advantages, batch)
@@ -154,15 +199,16 @@ def _train(cfg: Config, run_dir: Path, resume: bool, stop_after: int | None, tas
             train_s = time.perf_counter() - train_start
             if cfg.algorithm.reference_reset_every and step % cfg.algorithm.reference_reset_every == 0:
                 learner.reset_reference()                    # ProRL: the reference moves to the policy
-            engine.sync_weights(policy, version=step)
+            engine.sync_weights(run.policy, version=step)
 
             metrics = {**rollout_metrics(groups, reward_fn), **stats}
             metrics.update(rollout_s=rollout_s, train_s=train_s, step_s=time.perf_counter() - step_start,
                            rollout_tokens_per_s=metrics["response_tokens"] / max(rollout_s, 1e-9),
                            train_tokens_per_s=stats["train_tokens"] / max(train_s, 1e-9))
-            faults = faults + 1 if math.isnan(stats["grad_norm"]) else 0  # every optimizer step was skipped
+            run.faults = run.faults + 1 if math.isnan(stats["grad_norm"]) else 0  # all optimizer steps skipped
             if cfg.eval.every and step % cfg.eval.every == 0 and step < cfg.train.steps:
-                metrics.update({f"eval/{k}": v for k, v in _eval_summary(run_eval(f"step_{step:06d}")).items()})
+                metrics.update({f"eval/{k}": v for k, v in _eval_summary(run.evaluate(f"step_{step:06d}")).items()})
+            rollouts.write(step, groups)
             sink.log(step, metrics)
             short = {"reward": metrics["reward_mean"], "acc": metrics["accuracy"],
                      "len": metrics["response_length_mean"], "entropy": metrics.get("entropy"),
@@ -171,26 +217,27 @@ def _train(cfg: Config, run_dir: Path, resume: bool, stop_after: int | None, tas
             progress.update(step, line, print_line=step % cfg.logging.console_every == 0)
             log.info("step %d %s", step, line)
 
-            if faults >= cfg.train.max_fault_steps:
-                path = checkpoint_now(step)
+            if run.faults >= cfg.train.max_fault_steps:
+                path = run.checkpoint(step)
                 raise TrainingError(
-                    f"{faults} consecutive steps had a non-finite loss or gradient and were skipped; stopping. "
-                    f"Checkpoint: {path}. Lower optim.lr or check the rewards for NaN"
+                    f"{run.faults} consecutive steps had a non-finite loss or gradient and were skipped; "
+                    f"stopping. Checkpoint: {path}. Lower optim.lr or check the rewards for NaN"
                 )
             if (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or step == cfg.train.steps:
-                checkpoint_now(step)
-    sink.close()
+                run.checkpoint(step)
     if last_step < cfg.train.steps:  # stopped early on request: leave a checkpoint to resume from
         if not (cfg.checkpoint.every and last_step % cfg.checkpoint.every == 0):
-            checkpoint_now(last_step)
-        return run_dir
+            run.checkpoint(last_step)
+        return run.run_dir
 
-    save_hf_dir(policy, tokenizer, run_dir / "final")
-    after = run_eval("after") if cfg.eval.after else None
+    save_hf_dir(run.policy, run.tokenizer, run.run_dir / "final")
+    after = run.evaluate("after") if cfg.eval.after else None
     if before is not None and after is not None:
         print_before_after(before, after, cfg.eval.ks)
-    console.print(f"Done. Run directory: [bold]{run_dir}[/bold]  (final model: {run_dir / 'final'})")
-    return run_dir
+    write_report(run.run_dir)
+    console.print(f"Done. Run directory: [bold]{run.run_dir}[/bold]  (final model: {run.run_dir / 'final'}, "
+                  f"report: {run.run_dir / 'report.html'})")
+    return run.run_dir
 
 
 def build_critic(cfg: Config, policy: Any, dtype: torch.dtype, device: torch.device) -> Critic | None:
@@ -234,6 +281,7 @@ def rollout_metrics(groups: list[Group], reward_fn: RewardFunction) -> dict[str,
     }
     for name, _, _ in reward_fn.components:
         metrics[f"reward/{name}"] = sum(s.rewards.get(name, 0.0) for s in samples) / len(samples)
+    metrics.update(reward_fn.last_metrics)
     for reason, count in sorted(reward_fn.failures.items()):
         metrics[f"reward_failures/{reason}"] = float(count)
     return metrics
@@ -258,6 +306,7 @@ def _evaluate(cfg: Config, engine: Any, renderer: Any, task: Any, run_dir: Path,
 
 def _eval_summary(result: dict[str, Any]) -> dict[str, float]:
     out = {f"pass@{k}": v for k, v in result["pass@k"].items()}
+    out.update({f"maj@{k}": v for k, v in result.get("maj@k", {}).items() if k != "1"})
     out["mean_length"] = result["mean_length"]
     return out
 
@@ -270,9 +319,13 @@ def print_before_after(before: dict[str, Any], after: dict[str, Any], ks: list[i
     table.add_column("before", justify="right")
     table.add_column("after", justify="right")
     table.add_column("change", justify="right")
-    for k in ks:
-        b, a = before["pass@k"][str(k)], after["pass@k"][str(k)]
-        table.add_row(f"pass@{k}", f"{100 * b:.1f}%", f"{100 * a:.1f}%", f"{100 * (a - b):+.1f} pts")
+    rows = [("pass@k", k) for k in ks] + [("maj@k", k) for k in ks if k > 1]
+    for kind, k in rows:
+        b, a = before.get(kind, {}).get(str(k)), after.get(kind, {}).get(str(k))
+        if b is None or a is None:
+            continue
+        label = kind.replace("k", str(k))
+        table.add_row(label, f"{100 * b:.1f}%", f"{100 * a:.1f}%", f"{100 * (a - b):+.1f} pts")
     table.add_row("mean length (tokens)", f"{before['mean_length']:.1f}", f"{after['mean_length']:.1f}",
                   f"{after['mean_length'] - before['mean_length']:+.1f}")
     console.print(table)

@@ -1,0 +1,193 @@
+"""The sandbox contains hostile programs: the test process survives, the result says why, and it is quick."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rlvr.rewards import sandbox
+from rlvr.rewards.sandbox import run_python
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox targets Linux")
+
+QUICK = {"timeout": 3.0, "memory_mb": 256}
+
+
+def _blocked(result, kind: str) -> None:
+    assert not result.ok
+    assert result.killed_reason is not None and result.killed_reason.startswith(f"blocked: {kind}"), result
+    assert result.seconds < 3
+
+
+# -- ordinary programs -----------------------------------------------------------------------------------
+
+
+def test_normal_program_prints_and_exits_zero() -> None:
+    r = run_python("import math\nprint('hello', math.factorial(5))", **QUICK)
+    assert r.ok and r.exit_code == 0 and not r.timed_out and r.killed_reason is None
+    assert r.stdout == "hello 120\n" and r.stderr == ""
+
+
+def test_stdin_is_passed() -> None:
+    r = run_python("import sys\nprint(sum(int(x) for x in sys.stdin.read().split()))", stdin="1 2 3\n4", **QUICK)
+    assert r.ok and r.stdout.strip() == "10"
+
+
+def test_errors_and_exit_codes_are_reported_not_killed() -> None:
+    r = run_python("import sys\nprint('partial')\nsys.exit(3)", **QUICK)
+    assert (r.ok, r.exit_code, r.killed_reason, r.stdout) == (False, 3, None, "partial\n")
+    r = run_python("def f(:\n  pass", **QUICK)
+    assert not r.ok and r.exit_code == 1 and "SyntaxError" in r.stderr and r.killed_reason is None
+
+
+def test_files_are_written_into_a_private_work_dir_that_is_removed() -> None:
+    code = "import os\nprint(os.getcwd())\nprint(open('data/in.txt').read())\nopen('out.txt', 'w').write('x')"
+    r = run_python(code, files={"data/in.txt": "payload"}, **QUICK)
+    assert r.ok, r.stderr
+    workdir, content = r.stdout.splitlines()[:2]
+    assert content == "payload"
+    assert not os.path.exists(workdir)
+    with pytest.raises(ValueError, match="relative path"):
+        run_python("pass", files={"../escape.txt": "x"})
+
+
+# -- hostile programs ------------------------------------------------------------------------------------
+
+
+def test_fork_bomb_is_blocked() -> None:
+    r = run_python("import os\nwhile True:\n    os.fork()", **QUICK)
+    _blocked(r, "process creation")
+
+
+def test_subprocess_is_blocked() -> None:
+    r = run_python("import subprocess\nsubprocess.run(['echo', 'hi'])", **QUICK)
+    _blocked(r, "process creation")
+    assert "hi" not in r.stdout
+
+
+def test_infinite_loop_times_out() -> None:
+    t0 = time.monotonic()
+    r = run_python("while True:\n    pass", timeout=1.0, memory_mb=256)
+    assert r.timed_out and r.killed_reason == "timeout" and not r.ok
+    assert time.monotonic() - t0 < 3
+
+
+def test_cpu_limit_kills_a_busy_program() -> None:
+    r = run_python("while True:\n    pass", timeout=8.0, cpu_seconds=1, memory_mb=256)
+    assert r.killed_reason == "cpu limit" and not r.timed_out, r
+
+
+def test_memory_bomb_is_stopped() -> None:
+    r = run_python("chunks = []\nwhile True:\n    chunks.append(bytearray(10**7))", timeout=3.0, memory_mb=128)
+    assert not r.ok and r.killed_reason == "memory limit", r
+
+
+def test_huge_output_is_capped_and_killed() -> None:
+    r = run_python("while True:\n    print('x' * 1000)", timeout=3.0, memory_mb=256, max_output_bytes=10_000)
+    assert r.killed_reason == "output limit" and not r.ok
+    assert len(r.stdout) <= 10_000 and r.seconds < 3
+
+
+def test_writing_outside_the_work_dir_is_blocked(tmp_path: Path) -> None:
+    target = tmp_path / "pwned.txt"
+    r = run_python(f"open({str(target)!r}, 'w').write('pwned')", **QUICK)
+    _blocked(r, "file write outside the work dir")
+    assert not target.exists()
+
+
+@pytest.mark.parametrize("action", ["os.remove(T)", "os.rename(T, 'stolen.txt')", "shutil.rmtree(D)",
+                                    "os.truncate(T, 0)", "os.chmod(T, 0)"])
+def test_deleting_or_changing_a_file_outside_the_work_dir_is_blocked(tmp_path: Path, action: str) -> None:
+    target = tmp_path / "keep.txt"
+    target.write_text("precious")
+    code = f"import os, shutil\nT = {str(target)!r}\nD = {str(tmp_path)!r}\n{action}"
+    r = run_python(code, **QUICK)
+    # rmtree is stopped earlier, when it opens the directory outside the work dir to walk it
+    _blocked(r, "file outside the readable trees" if "rmtree" in action else "file change outside the work dir")
+    assert target.read_text() == "precious"
+
+
+def test_opening_a_socket_is_blocked() -> None:
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        listener.bind(("127.0.0.1", 0))  # loopback only
+        listener.listen(1)
+        listener.setblocking(False)
+        port = listener.getsockname()[1]
+        code = f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1).sendall(b'hi')"
+        r = run_python(code, **QUICK)
+        _blocked(r, "socket")
+        with pytest.raises(BlockingIOError):
+            listener.accept()  # nothing ever connected
+    finally:
+        listener.close()
+
+
+def test_parent_environment_is_invisible(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RLVR_TEST_SECRET", "hunter2-do-not-leak")
+    code = ("import os\nprint(os.environ.get('RLVR_TEST_SECRET'))\nprint(os.environ['HOME'] == os.getcwd())\n"
+            "print(open('/proc/self/environ').read())\nprint(open(f'/proc/{os.getppid()}/environ').read())")
+    r = run_python(code, **QUICK)
+    assert "hunter2" not in r.stdout + r.stderr
+    assert r.stdout.splitlines()[:2] == ["None", "True"]
+    _blocked(r, "another process's /proc")
+
+
+def test_reading_files_outside_the_readable_trees_is_blocked(tmp_path: Path) -> None:
+    secret = tmp_path / "token"
+    secret.write_text("hf_secret_token")
+    r = run_python(f"print(open({str(secret)!r}).read())", **QUICK)
+    _blocked(r, "file outside the readable trees")
+    assert "hf_secret" not in r.stdout
+
+
+@pytest.mark.parametrize("code", ["import os, signal\nos.kill(os.getppid(), signal.SIGKILL)",
+                                  "import os, signal\nos.killpg(os.getpgid(os.getppid()), signal.SIGKILL)",
+                                  "import os, signal\nsignal.pidfd_send_signal(os.pidfd_open(os.getppid()), 9)"])
+def test_killing_the_parent_is_blocked(code: str) -> None:
+    r = run_python(code, **QUICK)
+    assert not r.ok and r.killed_reason.startswith("blocked: "), r
+    assert os.getpid() > 0  # still alive
+
+
+def test_ctypes_cannot_be_imported() -> None:
+    r = run_python("import ctypes\nctypes.CDLL(None)", **QUICK)
+    assert not r.ok and "importing ctypes is not allowed" in r.stderr
+
+
+def test_child_leads_its_own_session_and_process_group() -> None:
+    # so that the final killpg(SIGKILL) reaches everything it started, and nothing of ours
+    r = run_python("import os\nprint(os.getsid(0) == os.getpid() == os.getpgid(0))", **QUICK)
+    assert r.ok and r.stdout == "True\n"
+
+
+def test_bad_arguments_name_the_fix() -> None:
+    with pytest.raises(ValueError, match="timeout"):
+        run_python("pass", timeout=0)
+    with pytest.raises(ValueError, match="memory_mb"):
+        run_python("pass", memory_mb=1)
+
+
+def test_kernel_isolation_probes_do_not_crash() -> None:
+    assert isinstance(sandbox._netns_prefix(), tuple)
+    assert sandbox._drop_uid(sandbox.INTERPRETER) in (None, sandbox.NOBODY)
+    if sandbox._netns_prefix():  # a fresh network namespace has only a loopback device, and it is down
+        r = run_python("print(open('/proc/self/net/dev').read())", **QUICK)
+        names = [line.split(":")[0].strip() for line in r.stdout.splitlines()[2:] if line.strip()]
+        assert names == ["lo"]
+
+
+def test_runs_as_nobody_when_root_and_an_interpreter_allows_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    candidate = "/usr/bin/python3"  # the venv's interpreter may live where `nobody` cannot read (/root)
+    if os.geteuid() != 0 or not os.path.exists(candidate) or sandbox._drop_uid(candidate) is None:
+        pytest.skip("needs root and an interpreter that `nobody` can run")
+    monkeypatch.setattr(sandbox, "INTERPRETER", candidate)
+    code = "import os, resource\nopen('x', 'w').write('1')\nprint(os.getuid(), resource.getrlimit(resource.RLIMIT_NPROC)[0])"
+    r = run_python(code, files={"in.txt": "x"}, **QUICK)
+    assert r.ok, r.stderr
+    assert r.stdout.split() == [str(sandbox.NOBODY), str(sandbox.NPROC_LIMIT)]
