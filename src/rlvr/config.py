@@ -205,6 +205,8 @@ class Config(Strict):
     model: ModelConfig = Field(default_factory=ModelConfig)
     task: ComponentSpec = Field(default_factory=lambda: ComponentSpec(name="addition"))
     rewards: list[RewardSpec] = Field(default_factory=lambda: [RewardSpec(name="correctness")])
+    sampling: ComponentSpec = Field(default_factory=lambda: ComponentSpec(name="uniform"),
+                                    description="Which prompts, how many samples, which groups (a batch sampler).")
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
@@ -258,6 +260,7 @@ def resolve_components(cfg: Config) -> list[str]:
     from rlvr.registry import RegistryError
     from rlvr.rewards import REWARDS
     from rlvr.rollout import ENGINES
+    from rlvr.sampling import SAMPLERS
     from rlvr.tasks import TASKS
 
     problems: list[str] = []
@@ -272,6 +275,7 @@ def resolve_components(cfg: Config) -> list[str]:
             setattr(spec, k, v)
 
     fill(cfg.task, TASKS, "task")
+    fill(cfg.sampling, SAMPLERS, "sampling")
     fill(cfg.algorithm.advantage, ADVANTAGES, "algorithm.advantage")
     fill(cfg.algorithm.loss, LOSSES, "algorithm.loss")
     for i, r in enumerate(cfg.rewards):

@@ -68,3 +68,12 @@ def test_jsonl_task_trains(tmp_path, tiny_model_dir):
                        f"task={{name: jsonl, path: '{data}', prompt_column: q, answer_column: a, verifier: numeric}}"))
     assert len(read_metrics(run)) == 2
     assert json.loads((run / "eval_after.json").read_text())["num_prompts"] == 3
+
+
+def test_code_task_trains_through_the_sandbox(tmp_path, tiny_model_dir):
+    run = train(_short(tmp_path, tiny_model_dir, "task={name: code, eval_size: 3, train_size: 20, timeout: 2}"))
+    metrics = read_metrics(run)
+    assert len(metrics) == 2
+    # a random model writes no passing program: every reward is a clean 0, not an error
+    assert all(m["reward_mean"] == 0.0 for m in metrics)
+    assert not any(k.startswith("reward_failures/") for m in metrics for k in m)

@@ -17,9 +17,9 @@ import logging
 import math
 import numbers
 import os
-import uuid
 import re
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol

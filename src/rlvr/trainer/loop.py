@@ -1,9 +1,8 @@
 """The synchronous RL controller. Read top to bottom, it is the algorithm:
 
     for each step:
-        prompts  = sampler.next(prompts_per_step)              which prompts
-        groups   = rollout(engine, prompts, n)                 n samples each, with behaviour log-probs
-        rewards  = reward_fn(groups)                           verifiers, weighted components
+        groups   = sampler.next_batch(...)                     which prompts, n samples each (behaviour log-probs),
+                                                               rewarded by the reward components
         batch    = learner.prepare(Batch.from_groups(groups))  old/ref log-probs, values: only what is asked for
         adv      = learner.compute_advantages(batch)           the estimator, e.g. GRPO group normalization
         metrics  = learner.update(batch)                       policy loss over epochs x mini-batches
@@ -15,7 +14,8 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,7 @@ from rlvr.runtime import (
     seed_everything,
     step_seed,
 )
-from rlvr.sampling import PromptSampler
+from rlvr.sampling import SAMPLERS, BatchSampler, StepContext
 from rlvr.tasks import PromptRenderer, build_task
 from rlvr.tracking import RolloutWriter, build_sinks, check_sinks
 from rlvr.trainer.checkpoint import (
@@ -55,7 +55,7 @@ from rlvr.trainer.checkpoint import (
 )
 from rlvr.trainer.critic import Critic
 from rlvr.trainer.learner import Learner, needs_reference
-from rlvr.types import Batch, Group
+from rlvr.types import Batch, Group, TaskRecord
 
 log = logging.getLogger("rlvr.train")
 
@@ -106,7 +106,7 @@ class Run:
     renderer: PromptRenderer
     reward_fn: RewardFunction
     learner: Learner
-    sampler: PromptSampler
+    sampler: BatchSampler
     params: SamplingParams
     start_step: int = 0
     faults: int = 0  # consecutive steps whose every optimizer step was skipped
@@ -117,6 +117,16 @@ class Run:
 
     def evaluate(self, tag: str) -> dict[str, Any]:
         return _evaluate(self.cfg, self.engine, self.renderer, self.task, self.run_dir, tag)
+
+    def rollout(self, records: Sequence[TaskRecord], n: int) -> list[Group]:
+        """Sample n responses per record with the current policy and reward them."""
+        records = list(records)
+        if self.reward_fn.needs_paraphrases:  # Co-Reward scores each prompt against its paraphrase
+            records = [r for rec in records for r in (rec, self.task.paraphrase(rec)) if r is not None]
+        params = self.params if n == self.params.n else replace(self.params, n=n)
+        groups = rollout_groups(self.engine, self.renderer, records, params)
+        self.reward_fn(groups, self.task)
+        return groups
 
 
 def _train(cfg: Config, run_dir: Path, resume: bool, stop_after: int | None, task: Any, tokenizer: Any,
@@ -156,7 +166,8 @@ def _build(cfg: Config, run_dir: Path, resume: bool, task: Any, tokenizer: Any, 
     run = Run(
         cfg=cfg, run_dir=run_dir, task=task, prompts=prompts, tokenizer=tokenizer, policy=policy, engine=engine,
         renderer=PromptRenderer(task, tokenizer, cfg.model.chat_template), reward_fn=reward_fn, learner=learner,
-        sampler=PromptSampler(len(prompts), seed=cfg.run.seed),
+        sampler=SAMPLERS.build(cfg.sampling.name, cfg.sampling.params, where="sampling", prompts=prompts,
+                               seed=cfg.run.seed),
         params=SamplingParams(n=cfg.rollout.n, temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
                               top_k=cfg.rollout.top_k, max_new_tokens=cfg.rollout.max_new_tokens,
                               stop=list(cfg.rollout.stop)),
@@ -182,13 +193,10 @@ def _loop(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | None) 
         for step in range(run.start_step + 1, last_step + 1):
             step_start = time.perf_counter()
             torch.manual_seed(step_seed(cfg.run.seed, step))
-            records = [run.prompts[i] for i in run.sampler.next(cfg.train.prompts_per_step)]
-            if reward_fn.needs_paraphrases:  # Co-Reward scores each prompt against its paraphrase
-                records = [r for rec in records for r in (rec, task.paraphrase(rec)) if r is not None]
-
-            groups = rollout_groups(engine, run.renderer, records, run.params)
+            ctx = StepContext(step=step, prompts_per_step=cfg.train.prompts_per_step, n=cfg.rollout.n,
+                              rollout=run.rollout, task=task)
+            groups, sampler_metrics = run.sampler.next_batch(ctx)  # rollout + rewards, as the sampler decides
             rollout_s = time.perf_counter() - step_start
-            reward_fn(groups, task)
 
             train_start = time.perf_counter()
             batch = Batch.from_groups(groups, pad_id=run.tokenizer.pad_token_id)
@@ -201,7 +209,8 @@ def _loop(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | None) 
                 learner.reset_reference()                    # ProRL: the reference moves to the policy
             engine.sync_weights(run.policy, version=step)
 
-            metrics = {**rollout_metrics(groups, reward_fn), **stats}
+            metrics = {**rollout_metrics(groups, reward_fn), **stats,
+                       **{f"sampling/{k}": v for k, v in sampler_metrics.items()}}
             metrics.update(rollout_s=rollout_s, train_s=train_s, step_s=time.perf_counter() - step_start,
                            rollout_tokens_per_s=metrics["response_tokens"] / max(rollout_s, 1e-9),
                            train_tokens_per_s=stats["train_tokens"] / max(train_s, 1e-9))
