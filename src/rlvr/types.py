@@ -96,6 +96,7 @@ class Batch:
     response_lengths: torch.Tensor  # [B] long
     rewards: torch.Tensor  # [B] float
     correct: torch.Tensor  # [B] bool, the verifier's verdict
+    off_policy: torch.Tensor | None = None  # [B] bool, samples not drawn from the policy (e.g. guidance)
     # Filled by the learner's `prepare` only when something asks for them:
     ref_logprobs: torch.Tensor | None = None  # [B, T] frozen reference
     behaviour_logprobs: torch.Tensor | None = None  # [B, T] the engine's, kept when old ones are recomputed
@@ -144,6 +145,7 @@ class Batch:
             response_lengths=torch.tensor([len(s.response_ids) for _, s in rows], dtype=torch.long),
             rewards=torch.tensor([s.reward for _, s in rows], dtype=torch.float32),
             correct=torch.tensor([bool(s.correct) for _, s in rows], dtype=torch.bool),
+            off_policy=torch.tensor([bool(s.meta.get("off_policy", False)) for _, s in rows], dtype=torch.bool),
         )
 
     def __len__(self) -> int:

@@ -30,6 +30,7 @@ ADVANTAGE_INPUTS: dict[str, str] = {
     "values": "[N, T] float, the critic's value estimate before each token",
     "token_rewards": "[N, T] float, the reward on the last response token (minus a per-token KL in reward)",
     "input_ids": "[N, T] long, the token ids",
+    "off_policy": "[N] bool, samples that came from outside the policy",
 }
 
 LOSS_INPUTS: dict[str, str] = {
@@ -44,6 +45,7 @@ LOSS_INPUTS: dict[str, str] = {
     "correct": "[N] bool",
     "group_ids": "[N] long",
     "response_lengths": "[N] long",
+    "off_policy": "[N] bool, samples that came from outside the policy (off-policy guidance, e.g. LUFFY)",
 }
 
 

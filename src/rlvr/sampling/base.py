@@ -31,8 +31,15 @@ class StepContext:
     prompts_per_step: int  # groups the learner expects
     n: int  # samples per prompt (rollout.n)
     rollout: Callable[[Sequence[TaskRecord], int], list[Group]]  # sample n responses per record, rewarded
+    score: Callable[[list[Group]], None] | None = None  # reward groups built by the sampler itself
     task: Any = None
-    extras: dict[str, Any] = field(default_factory=dict)  # e.g. the policy, for samplers that need a model
+    engine: Any = None  # the rollout engine (for samplers that branch or continue responses)
+    renderer: Any = None  # record -> prompt ids
+    params: Any = None  # the run's SamplingParams
+    policy: Any = None
+    tokenizer: Any = None
+    total_steps: int = 0
+    extras: dict[str, Any] = field(default_factory=dict)
 
 
 class BatchSampler(abc.ABC):

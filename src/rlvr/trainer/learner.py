@@ -186,7 +186,7 @@ class Learner:
             "rewards": rewards, "group_ids": batch.group_ids.to(self.device), "correct": batch.correct,
             "mask": batch.mask, "response_lengths": batch.response_lengths, "old_logprobs": batch.old_logprobs,
             "ref_logprobs": batch.ref_logprobs, "entropy": entropy, "values": batch.values,
-            "token_rewards": token_rewards, "input_ids": batch.input_ids,
+            "token_rewards": token_rewards, "input_ids": batch.input_ids, "off_policy": batch.off_policy,
         }
 
     def compute_advantages(self, batch: Batch, inputs: dict[str, Any]) -> torch.Tensor:
@@ -294,7 +294,7 @@ class Learner:
             "logprobs": logp, "old_logprobs": mb.old_logprobs, "advantages": mb.advantages, "mask": train_mask,
             "entropy": out.entropy, "ref_logprobs": mb.ref_logprobs, "behaviour_logprobs": mb.behaviour_logprobs,
             "rewards": mb.rewards, "correct": mb.correct, "group_ids": mb.group_ids,
-            "response_lengths": mb.response_lengths,
+            "response_lengths": mb.response_lengths, "off_policy": mb.off_policy,
         }
         per_token, diag = call_with_inputs(self.loss_fn, available, f"loss '{alg.loss.name}'")
         if alg.tis_cap is not None and mb.behaviour_logprobs is not None:

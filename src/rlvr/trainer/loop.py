@@ -194,7 +194,9 @@ def _loop(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | None) 
             step_start = time.perf_counter()
             torch.manual_seed(step_seed(cfg.run.seed, step))
             ctx = StepContext(step=step, prompts_per_step=cfg.train.prompts_per_step, n=cfg.rollout.n,
-                              rollout=run.rollout, task=task)
+                              rollout=run.rollout, score=lambda gs: reward_fn(gs, task), task=task, engine=engine,
+                              renderer=run.renderer, params=run.params, policy=run.policy,
+                              tokenizer=run.tokenizer, total_steps=cfg.train.steps)
             groups, sampler_metrics = run.sampler.next_batch(ctx)  # rollout + rewards, as the sampler decides
             rollout_s = time.perf_counter() - step_start
 
