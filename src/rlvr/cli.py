@@ -98,9 +98,16 @@ def train(
             if recipe is None:
                 raise typer.BadParameter("give a recipe file (e.g. recipes/grpo.yaml) or --resume RUN_DIR")
             cfg = load_config(recipe, overrides)
+        from rlvr.trainer.loop import TrainingInterrupted
         from rlvr.trainer.loop import train as run_train
 
-        run_train(cfg, resume=resume is not None, stop_after=stop_after)
+        try:
+            run_train(cfg, resume=resume is not None, stop_after=stop_after)
+        except TrainingInterrupted as stop:
+            from rlvr.runtime import console
+
+            console.print(f"[yellow]{stop}[/yellow]")
+            raise typer.Exit(code=stop.exit_code) from None
     except _user_errors() as err:
         _fail(err)
 

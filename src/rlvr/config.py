@@ -116,6 +116,7 @@ class TrainConfig(Strict):
         False, description="Recompute old log-probs with a learner forward instead of using the engine's."
     )
     max_fault_steps: int = Field(3, ge=1, description="Consecutive non-finite steps before the run stops.")
+    memory_check: bool = Field(True, description="Estimate memory before training; stop if it cannot fit.")
     prompt_split: Literal["train", "heldout"] = Field(
         "train", description="Draw training prompts from this split; heldout is test-time RL (TTRL)."
     )

@@ -5,9 +5,12 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import logging
+import os
 import platform
 import random
+import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -123,6 +126,36 @@ class ProgressReporter:
         if print_line and self.enabled:
             self.progress.console.print(f"[dim]{self.title} {completed}/{self.total}[/dim]  {line}",
                                         highlight=False)
+
+
+class StopSignals:
+    """SIGINT/SIGTERM during training: the first asks the loop to checkpoint and stop at the end of the current
+    step; a second one exits at once (the default action of that signal)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.received is not None:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)  # second signal: exit now
+            return
+        self.received = signum
+        console.print(f"\n[yellow]{signal.Signals(signum).name} received: finishing this step, writing a checkpoint, "
+                      "then stopping. Send it again to exit immediately.[/yellow]")
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
 
 
 @contextmanager

@@ -15,6 +15,7 @@ from rlvr.algorithms.losses import (
     top_entropy_mask,
     truncated_is_weights,
 )
+from rlvr.algorithms import guidance  # noqa: F401  (registers the off-policy guidance losses)
 
 __all__ = [
     "ADVANTAGES",

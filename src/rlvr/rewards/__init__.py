@@ -1,11 +1,11 @@
 """Rewards: the registry of reward components, their weighted combination, and verifier helpers.
 
 Importing this package registers the built-in components: correctness (the task's verifier), shaping
-(format, overlong, lead_length, concise_length, otc), label-free (ttrl, ttrv, evol_rl, co_reward, rlpr,
+(format, overlong, lead_length, concise_length, otc), agent (env_reward), label-free (ttrl, ttrv, evol_rl, co_reward, rlpr,
 self_certainty) and model-based (reward_model, judge).
 """
 
-from rlvr.rewards import label_free, models, shaping  # noqa: F401  (registration)
+from rlvr.rewards import agent, label_free, models, shaping  # noqa: F401  (registration)
 from rlvr.rewards.base import (
     REWARDS,
     CorrectnessReward,

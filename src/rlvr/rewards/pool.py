@@ -14,7 +14,9 @@ from __future__ import annotations
 import faulthandler
 import logging
 import multiprocessing
+import os
 import signal
+import threading
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -39,8 +41,31 @@ def _error_reason(err: BaseException) -> str:
     return f"verifier error: {type(err).__name__}: {err}"
 
 
-def _worker_main(task: Any, conn: Any) -> None:
+def _die_with_parent(parent_pid: int) -> None:
+    """End this worker when the trainer dies, even by SIGKILL: forked workers hold copies of each other's pipe
+    ends, so end-of-file alone cannot tell them. Linux's PR_SET_PDEATHSIG does it at once; a watcher thread
+    polling the parent pid covers other platforms."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent_pid:
+                os._exit(0)
+            time.sleep(1.0)
+
+    threading.Thread(target=watch, daemon=True).start()
+    if os.getppid() != parent_pid:  # the parent died before the death signal was armed
+        os._exit(0)
+
+
+def _worker_main(task: Any, conn: Any, parent_pid: int) -> None:
     """A worker's loop: receive (index, text, record), send (index, 'ok', result) or (index, 'error', why)."""
+    _die_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     faulthandler.disable()  # a crash is reported by the pool as "verifier crashed (...)", not a stack dump
     while True:
@@ -64,7 +89,8 @@ def _worker_main(task: Any, conn: Any) -> None:
 class _Worker:
     def __init__(self, ctx: Any, task: Any):
         self.conn, child = ctx.Pipe(duplex=True)
-        self.process = ctx.Process(target=_worker_main, args=(task, child), name="rlvr-verifier", daemon=True)
+        self.process = ctx.Process(target=_worker_main, args=(task, child, os.getpid()), name="rlvr-verifier",
+                                   daemon=True)
         self.process.start()
         child.close()
 

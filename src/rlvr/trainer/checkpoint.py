@@ -14,18 +14,23 @@ import random
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from rlvr import faults
+
 STATE_FILE = "trainer_state.pt"
 _NAME = re.compile(r"step_(\d+)$")
 
 
-def save_hf_dir(model: Any, tokenizer: Any, target: Path, extra_files: dict[str, Any] | None = None) -> Path:
-    """Write `model` and `tokenizer` as a transformers directory at `target`, atomically (temp dir + rename)."""
+def save_hf_dir(model: Any, tokenizer: Any, target: Path, extra_files: dict[str, Any] | None = None,
+                before_rename: Callable[[], None] | None = None) -> Path:
+    """Write `model` and `tokenizer` as a transformers directory at `target`, atomically (temp dir + rename).
+    `before_rename` runs when every file is written but not yet in place (fault-injection tests use it)."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
@@ -36,6 +41,8 @@ def save_hf_dir(model: Any, tokenizer: Any, target: Path, extra_files: dict[str,
         for name, obj in (extra_files or {}).items():
             torch.save(obj, tmp / name)
         _fsync_dir(tmp)
+        if before_rename is not None:
+            before_rename()
         if target.exists():
             old = target.with_name(f".{target.name}.old-{os.getpid()}")
             os.replace(target, old)
@@ -96,7 +103,8 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 def save_checkpoint(run_dir: Path, step: int, model: Any, tokenizer: Any, state: dict[str, Any],
                     keep_last: int) -> Path:
     state = {**state, "step": step, "rng": rng_state()}
-    path = save_hf_dir(model, tokenizer, checkpoint_dir(run_dir, step), {STATE_FILE: state})
+    path = save_hf_dir(model, tokenizer, checkpoint_dir(run_dir, step), {STATE_FILE: state},
+                       before_rename=lambda: faults.kill_point("checkpoint", step))
     prune_checkpoints(run_dir, keep_last)
     return path
 

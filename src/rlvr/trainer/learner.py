@@ -18,12 +18,14 @@ are untouched, and the fault is counted.
 from __future__ import annotations
 
 import functools
+import logging
 import math
 from collections import defaultdict
 from typing import Any
 
 import torch
 
+from rlvr import faults
 from rlvr.algorithms import (
     ADVANTAGES,
     LOSSES,
@@ -43,6 +45,8 @@ from rlvr.trainer.critic import Critic, value_loss
 from rlvr.trainer.logprobs import forward_tokens
 from rlvr.trainer.optim import build_optimizer, build_scheduler
 from rlvr.types import Batch
+
+log = logging.getLogger("rlvr.learner")
 
 
 def algorithm_inputs(cfg: Config) -> set[str]:
@@ -245,7 +249,10 @@ class Learner:
                 if not (math.isfinite(loss_total) and math.isfinite(grad_norm)):
                     self.optimizer.zero_grad(set_to_none=True)
                     skipped += 1
+                    log.warning("RL step %d: non-finite loss (%s) or gradient norm (%s); optimizer step skipped, "
+                                "optimizer state untouched", self.updates + 1, loss_total, grad_norm)
                     continue
+                faults.kill_point("optimizer", self.updates + 1)
                 if not critic_only:
                     self.optimizer.step()
                     self.scheduler.step()
@@ -301,6 +308,8 @@ class Learner:
             per_token = per_token * truncated_is_weights(mb.old_logprobs, mb.behaviour_logprobs, mb.mask,
                                                          cap=alg.tis_cap)
         policy_loss = aggregate_loss(per_token, train_mask, **agg)
+        if faults.nan_loss(self.updates + 1):
+            policy_loss = policy_loss * float("nan")
         loss = torch.zeros((), device=self.device) if critic_only else policy_loss
         kl_value = 0.0
         if mb.ref_logprobs is not None and alg.kl_placement == "loss" and self.kl_ctl.value > 0:

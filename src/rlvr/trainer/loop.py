@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+import signal
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -21,6 +22,7 @@ from typing import Any
 
 import torch
 
+from rlvr import faults
 from rlvr.config import Config
 from rlvr.eval import evaluate, write_results
 from rlvr.eval.report import write_report
@@ -36,6 +38,7 @@ from rlvr.rewards import RewardContext, RewardFunction
 from rlvr.rollout import ENGINES, SamplingParams, rollout_groups
 from rlvr.runtime import (
     ProgressReporter,
+    StopSignals,
     attach_log_file,
     console,
     format_metrics,
@@ -55,6 +58,7 @@ from rlvr.trainer.checkpoint import (
 )
 from rlvr.trainer.critic import Critic
 from rlvr.trainer.learner import Learner, needs_reference
+from rlvr.trainer.memory import check_memory
 from rlvr.types import Batch, Group, TaskRecord
 
 log = logging.getLogger("rlvr.train")
@@ -64,6 +68,16 @@ CONSOLE_KEYS = ("reward", "acc", "len", "entropy", "kl", "clip", "step_s")
 
 class TrainingError(RuntimeError):
     """The run cannot continue (e.g. repeated non-finite steps). A valid checkpoint has been written."""
+
+
+class TrainingInterrupted(Exception):
+    """SIGINT/SIGTERM stopped the run after a checkpoint; `exit_code` is 128 + the signal number."""
+
+    def __init__(self, signum: int, step: int, run_dir: Path):
+        self.exit_code = 128 + signum
+        name = signal.Signals(signum).name
+        super().__init__(f"stopped by {name} after step {step} (checkpoint written). Continue with: "
+                         f"rlvr train --resume {run_dir}")
 
 
 def train(cfg: Config, *, resume: bool = False, stop_after: int | None = None) -> Path:
@@ -82,6 +96,11 @@ def train(cfg: Config, *, resume: bool = False, stop_after: int | None = None) -
     device = resolve_device(cfg.model.device)
     PromptRenderer(task, tokenizer, cfg.model.chat_template)
     check_sinks(cfg.logging.sinks)
+    if cfg.train.memory_check:
+        try:
+            check_memory(cfg, device, resolve_dtype(cfg.model.dtype, device))
+        except MemoryError as err:
+            raise TrainingError(str(err)) from None
 
     run_dir = prepare_run_dir(cfg, resume)
     log_handler = attach_log_file(run_dir)
@@ -113,7 +132,15 @@ class Run:
 
     def checkpoint(self, step: int) -> Path:
         state = {"learner": self.learner.state_dict(), "sampler": self.sampler.state_dict(), "faults": self.faults}
-        return save_checkpoint(self.run_dir, step, self.policy, self.tokenizer, state, self.cfg.checkpoint.keep_last)
+        try:
+            return save_checkpoint(self.run_dir, step, self.policy, self.tokenizer, state,
+                                   self.cfg.checkpoint.keep_last)
+        except OSError as err:  # e.g. a full disk: the previous checkpoint is untouched (atomic write)
+            previous = latest_checkpoint(self.run_dir)
+            raise TrainingError(
+                f"could not write the checkpoint of step {step}: {err}. The previous checkpoint "
+                f"({previous or 'none'}) is intact; free space and continue with: rlvr train --resume {self.run_dir}"
+            ) from err
 
     def evaluate(self, tag: str) -> dict[str, Any]:
         return _evaluate(self.cfg, self.engine, self.renderer, self.task, self.run_dir, tag)
@@ -137,7 +164,8 @@ def _train(cfg: Config, run_dir: Path, resume: bool, stop_after: int | None, tas
     rollouts = RolloutWriter(run_dir, cfg.logging.rollouts_every, cfg.logging.rollouts_per_step,
                              resume_from_step=resume_step)
     try:
-        return _loop(run, sink, rollouts, stop_after)
+        with StopSignals() as signals:
+            return _loop(run, sink, rollouts, stop_after, signals)
     finally:
         sink.close()
         run.reward_fn.close()
@@ -185,7 +213,7 @@ def _build(cfg: Config, run_dir: Path, resume: bool, task: Any, tokenizer: Any, 
     return run
 
 
-def _loop(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | None) -> Path:
+def _loop(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | None, signals: StopSignals) -> Path:
     cfg, task, learner, engine, reward_fn = run.cfg, run.task, run.learner, run.engine, run.reward_fn
     before = run.evaluate("before") if cfg.eval.before and run.start_step == 0 else None
     last_step = cfg.train.steps if stop_after is None else min(cfg.train.steps, stop_after)
@@ -199,6 +227,7 @@ def _loop(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | None) 
                               tokenizer=run.tokenizer, total_steps=cfg.train.steps)
             groups, sampler_metrics = run.sampler.next_batch(ctx)  # rollout + rewards, as the sampler decides
             rollout_s = time.perf_counter() - step_start
+            faults.kill_point("rollout", step)
 
             train_start = time.perf_counter()
             batch = Batch.from_groups(groups, pad_id=run.tokenizer.pad_token_id)
@@ -234,8 +263,13 @@ def _loop(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | None) 
                     f"{run.faults} consecutive steps had a non-finite loss or gradient and were skipped; "
                     f"stopping. Checkpoint: {path}. Lower optim.lr or check the rewards for NaN"
                 )
-            if (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or step == cfg.train.steps:
+            saved = (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or step == cfg.train.steps
+            if saved:
                 run.checkpoint(step)
+            if signals.received is not None:
+                if not saved:
+                    run.checkpoint(step)
+                raise TrainingInterrupted(signals.received, step, run.run_dir)
     if last_step < cfg.train.steps:  # stopped early on request: leave a checkpoint to resume from
         if not (cfg.checkpoint.every and last_step % cfg.checkpoint.every == 0):
             run.checkpoint(last_step)

@@ -1,0 +1,111 @@
+"""Shared pieces of the benchmarks: the two models, the addition prompts, peak RSS, timing."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+CACHE = ROOT / "runs" / "bench-cache"
+
+# The 0.5B model: Qwen2.5-0.5B's architecture, randomly initialised (nothing is downloaded).
+QWEN05B_ARCH = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                    num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True,
+                    max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6)
+
+
+def model_dir(name: str) -> Path:
+    """A local HF directory for `name`: 'builtin' (the shipped model) or 'qwen0.5b' (built once, cached)."""
+    if name == "builtin":
+        from rlvr.models.loading import BUILTIN_DIR
+
+        return BUILTIN_DIR
+    if name != "qwen0.5b":
+        raise ValueError(f"unknown bench model {name!r}")
+    path = CACHE / "qwen0.5b-arch-random"
+    if (path / "model.safetensors").is_file():
+        return path
+    import torch
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    from rlvr.models.byte_tokenizer import save_byte_tokenizer
+
+    path.mkdir(parents=True, exist_ok=True)
+    tok = save_byte_tokenizer(path)  # byte tokenizer: inputs only use its ids, the model's vocab is larger
+    torch.manual_seed(0)
+    config = Qwen2Config(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                         bos_token_id=tok.eos_token_id, **QWEN05B_ARCH)
+    model = Qwen2ForCausalLM(config)
+    model.generation_config = GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    model.save_pretrained(str(path), safe_serialization=True)
+    return path
+
+
+def addition_records(count: int, offset: int = 0) -> list[Any]:
+    from rlvr.tasks import build_task
+
+    task = build_task("addition", {})
+    return [task.train[offset + i] for i in range(count)]
+
+
+def prompt_text(record: Any) -> str:
+    """The prompt rlvr's renderer makes for the addition task without a chat template ("a+b=")."""
+    return f"{record.question}="
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def num_params(model: Any) -> int:
+    """Parameters counted once (tied embedding / LM head once)."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
+def emit(result: dict[str, Any]) -> None:
+    """Workers print one JSON line, prefixed so the parent can find it among library chatter."""
+    result.setdefault("peak_rss_mb", peak_rss_mb())
+    print("BENCH_RESULT " + json.dumps(result), flush=True)
+
+
+class Timer:
+    def __enter__(self) -> Timer:
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.seconds = time.perf_counter() - self.start
+
+
+def threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def environ_summary() -> dict[str, Any]:
+    import platform
+
+    import torch
+
+    info = {"python": platform.python_version(), "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "cpus": os.cpu_count()}
+    try:
+        import transformers
+
+        info["transformers"] = transformers.__version__
+    except ImportError:
+        pass
+    try:
+        import trl
+
+        info["trl"] = trl.__version__
+    except ImportError:
+        info["trl"] = None
+    return info

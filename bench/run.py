@@ -1,0 +1,244 @@
+#!/usr/bin/env python
+"""rlvr's benchmarks, side by side in one run (DESIGN.md, "Performance stance"):
+
+1. rlvr vs TRL's GRPOTrainer: the same model, addition prompts, prompts per step, samples per prompt, max new
+   tokens, lr, one optimizer step per batch, number of steps; seconds/step, rollout and train tokens/s, peak
+   RSS, and the rlvr/TRL ratios. Each framework runs in its own process.
+2. Rollout: rlvr's engines (hf, fast, fast+compile) vs plain `model.generate`, tokens/s at equal batch, length
+   and sampling settings.
+3. Learner MFU: 6 * params * tokens per update / update seconds, against the measured fp32 matmul peak; and
+   the learner's efficiency means (token-budget micro-batches, chunked LM head, gradient checkpointing).
+
+    python bench/run.py             # full run (about 10-15 minutes on 2 CPU cores)
+    python bench/run.py --quick     # a smoke run with tiny settings (figures meaningless)
+
+Writes bench/results/<date>.json and prints the tables. Both models: the built-in one and a randomly
+initialised model with Qwen2.5-0.5B's architecture (built once into runs/bench-cache/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+FULL = {
+    "e2e": [
+        {"model": "builtin", "prompts": 16, "n": 8, "max_new_tokens": 96, "lr": 1e-4, "steps": 5,
+         "rlvr_engines": ["fast", "hf"]},
+        {"model": "qwen0.5b", "prompts": 2, "n": 4, "max_new_tokens": 32, "lr": 1e-6, "steps": 2,
+         "rlvr_engines": ["fast"]},
+    ],
+    "generation": [
+        {"model": "builtin", "prompts": 16, "n": 8, "max_new_tokens": 96, "reps": 3, "compile": True},
+        {"model": "qwen0.5b", "prompts": 4, "n": 4, "max_new_tokens": 32, "reps": 2, "compile": False},
+    ],
+    "learner": [
+        {"model": "builtin", "prompts": 16, "n": 8, "max_new_tokens": 96, "micro_rows": 32, "reps": 3,
+         "variants": ["rows", "tokens", "checkpointing", "full_logits"]},
+        {"model": "qwen0.5b", "prompts": 2, "n": 4, "max_new_tokens": 64, "micro_rows": 4, "reps": 2,
+         "random_lengths": True, "variants": ["rows", "tokens", "checkpointing", "full_logits"]},
+    ],
+}
+
+QUICK = {
+    "e2e": [{"model": "builtin", "prompts": 2, "n": 2, "max_new_tokens": 8, "lr": 1e-4, "steps": 1,
+             "rlvr_engines": ["fast"]}],
+    "generation": [{"model": "builtin", "prompts": 2, "n": 2, "max_new_tokens": 8, "reps": 1, "compile": False}],
+    "learner": [{"model": "builtin", "prompts": 2, "n": 2, "max_new_tokens": 8, "micro_rows": 2, "reps": 1,
+                 "variants": ["rows", "tokens"]}],
+}
+
+
+def machine() -> dict[str, Any]:
+    info: dict[str, Any] = {"platform": platform.platform(), "cpus": os.cpu_count()}
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        for line in out.splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("Model name", "CPU(s)", "Thread(s) per core", "Core(s) per socket", "Flags"):
+                value = value.strip()
+                if key.strip() == "Flags":
+                    value = " ".join(f for f in value.split() if f.startswith(("avx", "amx", "fma")))
+                info[key.strip()] = value
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    try:
+        load = os.getloadavg()
+        info["loadavg_at_start"] = [round(x, 2) for x in load]
+    except OSError:
+        pass
+    return info
+
+
+def other_heavy_processes() -> list[str]:
+    """Other processes using CPU right now (a benchmark on a busy machine is meaningless)."""
+    try:
+        out = subprocess.run(["ps", "-eo", "pid,pcpu,args", "--sort=-pcpu"], capture_output=True, text=True,
+                             check=True).stdout.splitlines()[1:]
+    except (OSError, subprocess.CalledProcessError):
+        return []
+    mine = {os.getpid(), os.getppid()}
+    busy = []
+    for line in out:
+        parts = line.split(None, 2)
+        if len(parts) == 3 and float(parts[1]) >= 20.0 and int(parts[0]) not in mine:
+            busy.append(f"{parts[0]} {parts[1]}% {parts[2][:100]}")
+    return busy
+
+
+def call(worker: str, args: dict[str, Any], timeout: int = 900) -> dict[str, Any]:
+    cmd = [sys.executable, str(HERE / "run.py"), "--worker", worker, "--args", json.dumps(args)]
+    label = f"{worker} {json.dumps({k: v for k, v in args.items() if k in ('model', 'engine', 'variant')})}"
+    print(f"  running {label} ...", flush=True)
+    start = time.perf_counter()
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    for line in proc.stdout.splitlines():
+        if line.startswith("BENCH_RESULT "):
+            result = json.loads(line[len("BENCH_RESULT "):])
+            result["worker_wall_s"] = time.perf_counter() - start
+            return result
+    tail = (proc.stdout + proc.stderr)[-3000:]
+    raise RuntimeError(f"{label} failed (exit {proc.returncode}):\n{tail}")
+
+
+def run_all(plan: dict[str, Any]) -> dict[str, Any]:
+    results: dict[str, Any] = {"peak": call("peak", {})}
+    peak_flops = results["peak"]["peak_matmul_gflops"] * 1e9
+    results["e2e"] = []
+    for spec in plan["e2e"]:
+        base = {k: v for k, v in spec.items() if k != "rlvr_engines"}
+        row: dict[str, Any] = {"settings": base, "rlvr": {}}
+        for engine in spec["rlvr_engines"]:
+            row["rlvr"][engine] = call("rlvr_train", {**base, "engine": engine})
+        try:
+            row["trl"] = call("trl_train", base, timeout=1800)
+        except (RuntimeError, subprocess.TimeoutExpired) as err:
+            row["trl"] = {"error": str(err)[-1500:]}
+        if "step_s" in row.get("trl", {}):
+            for engine, r in row["rlvr"].items():
+                r["steps_per_s_vs_trl"] = row["trl"]["step_s"] / r["step_s"]
+                r["rollout_tokens_per_s_vs_trl"] = r["rollout_tokens_per_s"] / row["trl"]["rollout_tokens_per_s"]
+                r["train_tokens_per_s_vs_trl"] = r["train_tokens_per_s"] / row["trl"]["train_tokens_per_s"]
+                r["peak_rss_vs_trl"] = r["peak_rss_mb"] / row["trl"]["peak_rss_mb"]
+        results["e2e"].append(row)
+    results["generation"] = []
+    for spec in plan["generation"]:
+        r = call("generation", spec)
+        base = r["engines"]["generate"]["tokens_per_s"]
+        for name, e in r["engines"].items():
+            e["vs_generate"] = e["tokens_per_s"] / base
+        r["settings"] = spec
+        results["generation"].append(r)
+    results["learner"] = []
+    for spec in plan["learner"]:
+        per_variant = {}
+        for variant in spec["variants"]:
+            args = {k: v for k, v in spec.items() if k != "variants"}
+            r = call("learner", {**args, "variant": variant})
+            r["mfu"] = r["achieved_gflops"] * 1e9 / peak_flops
+            per_variant[variant] = r
+        results["learner"].append({"settings": spec, "variants": per_variant})
+    for row in results["e2e"]:  # MFU of the end-to-end learner phase (train tokens/s * 6N)
+        params = next((g["params"] for g in results["generation"] if g["settings"]["model"] == row["settings"]["model"]),
+                      None)
+        if params:
+            for r in [*row["rlvr"].values(), row.get("trl", {})]:
+                if "train_tokens_per_s" in r:
+                    r["train_mfu"] = 6.0 * params * r["train_tokens_per_s"] / peak_flops
+    return results
+
+
+def fmt(x: Any, nd: int = 2) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        if abs(x) >= 1000:
+            return f"{x:,.0f}"
+        return f"{x:.{nd}f}"
+    return str(x)
+
+
+def print_tables(res: dict[str, Any]) -> None:
+    p = res["peak"]
+    print(f"\nMachine: {res['machine'].get('Model name', '?')}, {res['machine'].get('cpus')} CPUs, torch threads "
+          f"{p['env']['threads']}; fp32 matmul peak {fmt(p['peak_matmul_gflops'], 1)} GFLOP/s, memory copy "
+          f"{fmt(p['copy_gbps'], 1)} GB/s, read {fmt(p['read_gbps'], 1)} GB/s")
+    print("\n1. rlvr vs TRL GRPOTrainer (median s/step over measured steps; step 1 excluded)")
+    print(f"{'model':10} {'framework':18} {'s/step':>8} {'steps/s x':>9} {'rollout tok/s':>13} {'train tok/s':>11} "
+          f"{'peak RSS MB':>11} {'RSS x':>6} {'train MFU':>9}")
+    for row in res["e2e"]:
+        m = row["settings"]["model"]
+        entries = [(f"rlvr ({e})", r) for e, r in row["rlvr"].items()] + [("trl", row.get("trl", {}))]
+        for name, r in entries:
+            if "error" in r:
+                print(f"{m:10} {name:18} failed: {r['error'][:80]}")
+                continue
+            print(f"{m:10} {name:18} {fmt(r['step_s']):>8} {fmt(r.get('steps_per_s_vs_trl')):>9} "
+                  f"{fmt(r['rollout_tokens_per_s'], 0):>13} {fmt(r['train_tokens_per_s'], 0):>11} "
+                  f"{fmt(r['peak_rss_mb'], 0):>11} {fmt(r.get('peak_rss_vs_trl')):>6} {fmt(r.get('train_mfu')):>9}")
+    print("\n2. Rollout tokens/s at equal batch, length and sampling (best of the repetitions)")
+    for g in res["generation"]:
+        s = g["settings"]
+        extra = f", compile took {fmt(g['compile_s'], 1)} s" if g.get("compile_s") else ""
+        print(f"{s['model']}: {g['rows']} rows ({s['prompts']} prompts x {s['n']}), max {s['max_new_tokens']} new "
+              f"tokens, T=1.0{extra}")
+        for name, e in g["engines"].items():
+            print(f"    {name:14} {fmt(e['tokens_per_s'], 0):>10} tok/s  {fmt(e['vs_generate'])}x generate  "
+                  f"({fmt(e['tokens'], 0)} tokens in {fmt(e['seconds'], 3)} s)")
+    print("\n3. Learner: one update, FLOPs = 6 * params * non-padding tokens; MFU vs the matmul peak")
+    for block in res["learner"]:
+        s = block["settings"]
+        print(f"{s['model']}: {s['prompts'] * s['n']} rows, micro-batches of {s['micro_rows']} rows "
+              f"(or the same worst-case token budget)")
+        for name, r in block["variants"].items():
+            plan = r["plan"]
+            print(f"    {name:14} update {fmt(r['update_s'], 3):>7} s  {fmt(r['achieved_gflops'], 1):>7} GFLOP/s  "
+                  f"MFU {fmt(100 * r['mfu'], 1):>5}%  padding {fmt(100 * plan['padding_frac'], 1):>5}% "
+                  f"({int(plan['micro_batches'])} mb)  peak extra RSS {fmt(r['update_peak_extra_rss_mb'], 0)} MB  "
+                  f"optimizer step {fmt(r['optimizer_step_s'], 3)} s")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="tiny settings: checks that everything runs")
+    ap.add_argument("--out", type=Path, default=None, help="result JSON (default bench/results/<date>.json)")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--args", default="{}", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        from workers import run_worker
+
+        run_worker(args.worker, args.args)
+        return
+    busy = other_heavy_processes()
+    if busy:
+        print("WARNING: other processes are using CPU; figures from this run are not trustworthy:")
+        for line in busy[:5]:
+            print("   ", line)
+    started = dt.datetime.now()
+    res = {"started": started.isoformat(timespec="seconds"), "machine": machine(), "busy_at_start": busy,
+           "quick": args.quick}
+    res.update(run_all(QUICK if args.quick else FULL))
+    res["finished"] = dt.datetime.now().isoformat(timespec="seconds")
+    res["busy_at_end"] = other_heavy_processes()
+    out = args.out or HERE / "results" / f"{started:%Y-%m-%d-%H%M}{'-quick' if args.quick else ''}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res, indent=2) + "\n")
+    print_tables(res)
+    print(f"\nwrote {out}  ({res['started']} .. {res['finished']})")
+
+
+if __name__ == "__main__":
+    main()

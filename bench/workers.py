@@ -1,0 +1,388 @@
+"""Benchmark workers. Each runs in its own process (`python bench/run.py --worker NAME --args JSON`) and
+prints one `BENCH_RESULT {json}` line, so peak RSS and warm-up effects never leak between measurements."""
+
+from __future__ import annotations
+
+import copy
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from common import (
+    ROOT,
+    Timer,
+    addition_records,
+    emit,
+    environ_summary,
+    model_dir,
+    num_params,
+    peak_rss_mb,
+    prompt_text,
+)
+
+# -- machine peak ---------------------------------------------------------------------------------------------
+
+
+def peak(args: dict[str, Any]) -> None:
+    """Best fp32 matmul FLOP/s over a few large square sizes, and memory bandwidth (copy and read)."""
+    import torch
+
+    results = {}
+    best = 0.0
+    for n in args.get("sizes", [1024, 2048, 4096]):
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        c = torch.empty(n, n)
+        torch.mm(a, b, out=c)
+        times = []
+        for _ in range(args.get("reps", 3)):
+            t = time.perf_counter()
+            torch.mm(a, b, out=c)
+            times.append(time.perf_counter() - t)
+        flops = 2 * n**3 / min(times)
+        results[f"mm{n}_gflops"] = flops / 1e9
+        best = max(best, flops)
+    x = torch.ones(128 * 2**20)  # 512 MiB
+    y = torch.empty_like(x)
+    y.copy_(x)
+    copy_t = min(_timeit(lambda: y.copy_(x)) for _ in range(3))
+    read_t = min(_timeit(lambda: x.sum()) for _ in range(3))
+    results.update(peak_matmul_gflops=best / 1e9, copy_gbps=2 * x.nbytes / copy_t / 1e9,
+                   read_gbps=x.nbytes / read_t / 1e9, env=environ_summary())
+    emit(results)
+
+
+def _timeit(fn: Any) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+# -- end-to-end training: rlvr ---------------------------------------------------------------------------------
+
+
+def rlvr_train(args: dict[str, Any]) -> None:
+    """`rlvr.trainer.loop.train` on recipes/grpo.yaml with the shared settings; per-step figures from its
+    metrics.jsonl (step 1 is warm-up and excluded). Checkpoint/final-model writes are skipped: they come after
+    the measured steps and are disk I/O, not training."""
+    import rlvr.trainer.loop as loop
+    from rlvr.config import load_config
+    from rlvr.tracking import read_metrics
+
+    loop.save_checkpoint = lambda *a, **k: None
+    loop.save_hf_dir = lambda *a, **k: None
+    loop.write_report = lambda *a, **k: None
+    steps, P, n, M = args["steps"] + 1, args["prompts"], args["n"], args["max_new_tokens"]
+    with tempfile.TemporaryDirectory(prefix="rlvr-bench-") as tmp:
+        cfg = load_config(ROOT / "recipes" / "grpo.yaml", [
+            f"model.path={model_dir(args['model'])}", f"rollout.engine={args['engine']}", f"train.steps={steps}",
+            f"train.prompts_per_step={P}", f"rollout.n={n}", f"rollout.max_new_tokens={M}",
+            f"optim.lr={args['lr']}", "optim.warmup_steps=0", "train.mini_batches=1",
+            f"train.micro_batch_size={P * n}", "eval.before=false", "eval.after=false", "logging.progress=false",
+            "logging.rollouts_every=0", "checkpoint.every=0", f"run.dir={tmp}/run", "logging.console_every=1000",
+        ])
+        start = time.perf_counter()
+        loop.train(cfg)
+        wall = time.perf_counter() - start
+        metrics = read_metrics(Path(tmp) / "run")
+    emit(_summarise_steps(metrics[1:], wall=wall, framework="rlvr", engine=args["engine"]))
+
+
+def _summarise_steps(steps: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    rollout_s = sum(m["rollout_s"] for m in steps)
+    train_s = sum(m["train_s"] for m in steps)
+    out = {
+        "steps_measured": len(steps),
+        "step_s": statistics.median(m["step_s"] for m in steps),
+        "rollout_s": statistics.median(m["rollout_s"] for m in steps),
+        "train_s": statistics.median(m["train_s"] for m in steps),
+        "rollout_tokens_per_s": sum(m["response_tokens"] for m in steps) / rollout_s,
+        "train_tokens_per_s": sum(m["train_tokens"] for m in steps) / train_s,
+        "response_tokens_per_step": statistics.mean(m["response_tokens"] for m in steps),
+        "train_tokens_per_step": statistics.mean(m["train_tokens"] for m in steps),
+    }
+    out.update(extra)
+    return out
+
+
+# -- end-to-end training: TRL ----------------------------------------------------------------------------------
+
+
+def trl_train(args: dict[str, Any]) -> None:
+    """TRL's GRPOTrainer with the same model, prompts, group size, completion length, lr, one optimizer step
+    per generation batch, fp32 and no gradient checkpointing (rlvr's defaults on CPU; TRL's own defaults are
+    bf16 autocast and gradient checkpointing on). Rollout time = `_generate_and_score_completions`."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from rlvr.models import load_tokenizer
+    from rlvr.tasks import build_task
+
+    steps, P, n, M = args["steps"] + 1, args["prompts"], args["n"], args["max_new_tokens"]
+    path = model_dir(args["model"])
+    tok = load_tokenizer(path)
+    task = build_task("addition", {})
+    records = addition_records(P * steps)
+    by_prompt = {prompt_text(r): r for r in records}
+    data = Dataset.from_list([{"prompt": prompt_text(r)} for r in records])
+
+    def addition_reward(prompts: list[str], completions: list[str], **_: Any) -> list[float]:
+        return [task.verify(c, by_prompt[p]).score for p, c in zip(prompts, completions)]
+
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+    tmp = tempfile.mkdtemp(prefix="trl-bench-")
+    config = GRPOConfig(
+        output_dir=tmp, per_device_train_batch_size=P * n, gradient_accumulation_steps=1, num_generations=n,
+        max_completion_length=M, learning_rate=args["lr"], lr_scheduler_type="constant", warmup_steps=0,
+        max_steps=steps, num_iterations=1, beta=0.0, epsilon=0.2, temperature=1.0, top_p=1.0, top_k=0,
+        max_grad_norm=1.0, use_cpu=True, bf16=False, gradient_checkpointing=False, logging_steps=1,
+        report_to="none", save_strategy="no", disable_tqdm=True, seed=0, dataloader_num_workers=0,
+        log_completions=False, shuffle_dataset=False,
+    )
+    trainer = GRPOTrainer(model=model, reward_funcs=addition_reward, args=config, train_dataset=data,
+                          processing_class=tok)
+    record: dict[str, list[float]] = {"rollout_s": [], "response_tokens": [], "prompt_tokens": []}
+    original = trainer._generate_and_score_completions
+
+    def timed_generate(inputs: Any) -> Any:
+        t = time.perf_counter()
+        out = original(inputs)
+        record["rollout_s"].append(time.perf_counter() - t)
+        record["response_tokens"].append(float(out["completion_mask"].sum()))
+        record["prompt_tokens"].append(float(out["prompt_mask"].sum()))
+        return out
+
+    trainer._generate_and_score_completions = timed_generate
+    step_s: list[float] = []
+
+    class StepTimer(TrainerCallback):
+        def on_step_begin(self, *a: Any, **k: Any) -> None:
+            self.t = time.perf_counter()
+
+        def on_step_end(self, *a: Any, **k: Any) -> None:
+            step_s.append(time.perf_counter() - self.t)
+
+    trainer.add_callback(StepTimer())
+    start = time.perf_counter()
+    trainer.train()
+    wall = time.perf_counter() - start
+    steps_out = [{"step_s": s, "rollout_s": r, "train_s": s - r, "response_tokens": c,
+                  "train_tokens": c + p}
+                 for s, r, c, p in zip(step_s, record["rollout_s"], record["response_tokens"],
+                                       record["prompt_tokens"])]
+    emit(_summarise_steps(steps_out[1:], wall=wall, framework="trl", engine="transformers generate"))
+
+
+# -- generation: engines vs model.generate ---------------------------------------------------------------------
+
+
+def generation(args: dict[str, Any]) -> None:
+    """Tokens/s of plain `model.generate`, rlvr's hf engine and its fast engine (eager, and compiled when
+    asked) at the same batch (prompts x n), length limit and sampling settings. Tokens = generated response
+    tokens up to and including EOS. Engines alternate over the repetitions; the best repetition is kept."""
+    import torch
+
+    from rlvr.models import load_causal_lm, load_tokenizer
+    from rlvr.rollout import SamplingParams
+    from rlvr.rollout.fast import FastEngine
+    from rlvr.rollout.hf import HFEngine
+
+    path = model_dir(args["model"])
+    tok, model = load_tokenizer(path), load_causal_lm(path)
+    P, n, M = args["prompts"], args["n"], args["max_new_tokens"]
+    prompts = [tok(prompt_text(r))["input_ids"] for r in addition_records(P)]
+    params = SamplingParams(n=n, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=M)
+    eos = set(HFEngine(model, tok).eos_ids)
+
+    def plain_generate() -> int:
+        from transformers import GenerationConfig
+
+        rows = [p for p in prompts for _ in range(n)]
+        width = max(map(len, rows))
+        ids = torch.full((len(rows), width), tok.pad_token_id)
+        mask = torch.zeros_like(ids)
+        for i, p in enumerate(rows):
+            ids[i, width - len(p):] = torch.tensor(p)
+            mask[i, width - len(p):] = 1
+        cfg = GenerationConfig(do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=M,
+                               eos_token_id=sorted(eos), pad_token_id=tok.pad_token_id)
+        model.eval()
+        with torch.no_grad():
+            out = model.generate(input_ids=ids, attention_mask=mask, generation_config=cfg)[:, width:].tolist()
+        return sum(next((j + 1 for j, t in enumerate(r) if t in eos), len(r)) for r in out)
+
+    def engine_run(engine: Any) -> Any:
+        def run() -> int:
+            return sum(len(s.response_ids) for g in engine.generate(prompts, params) for s in g)
+        return run
+
+    runners = {"generate": plain_generate, "hf": engine_run(HFEngine(model, tok)),
+               "fast": engine_run(FastEngine(model, tok))}
+    compile_s = None
+    if args.get("compile"):
+        compiled = FastEngine(model, tok, compile=True)
+        torch.manual_seed(0)
+        with Timer() as t:
+            compiled.generate(prompts, params)  # compiles
+        compile_s = t.seconds
+        runners["fast+compile"] = engine_run(compiled)
+    best: dict[str, dict[str, float]] = {}
+    for rep in range(args.get("reps", 3)):
+        for name, run in runners.items():
+            torch.manual_seed(rep)
+            with Timer() as t:
+                tokens = run()
+            rate = tokens / t.seconds
+            if name not in best or rate > best[name]["tokens_per_s"]:
+                best[name] = {"tokens_per_s": rate, "seconds": t.seconds, "tokens": float(tokens)}
+    emit({"engines": best, "rows": P * n, "max_new_tokens": M, "compile_s": compile_s,
+          "params": num_params(model)})
+
+
+# -- learner: MFU and the efficiency means ---------------------------------------------------------------------
+
+
+def _vm(field: str) -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return float(line.split()[1]) / 1024.0
+    return float("nan")
+
+
+def _reset_peak_rss() -> None:
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
+def _learner_batch(model: Any, tok: Any, args: dict[str, Any]) -> Any:
+    """A GRPO batch: real samples from the fast engine (built-in model) or random response lengths."""
+    import torch
+
+    from rlvr.rollout import SamplingParams
+    from rlvr.rollout.fast import FastEngine
+    from rlvr.types import Batch, Group, Sample
+
+    P, n, M = args["prompts"], args["n"], args["max_new_tokens"]
+    records = addition_records(P)
+    prompts = [tok(prompt_text(r))["input_ids"] for r in records]
+    torch.manual_seed(0)
+    if args.get("random_lengths"):
+        g = torch.Generator().manual_seed(0)
+        samples = []
+        for p in prompts:
+            group = []
+            for _ in range(n):
+                length = int(torch.randint(M // 4, M + 1, (1,), generator=g))
+                group.append(Sample(prompt_ids=p, response_ids=torch.randint(1, 256, (length,), generator=g).tolist(),
+                                    logprobs=[-5.0] * length))
+            samples.append(group)
+    else:
+        samples = FastEngine(model, tok).generate(prompts, SamplingParams(n=n, max_new_tokens=M))
+    groups = []
+    for r, p, group in zip(records, prompts, samples):
+        for i, s in enumerate(group):
+            s.reward = float(i % 2)
+            s.advantage = 1.0 if i % 2 else -1.0
+        groups.append(Group(r, p, group))
+    return Batch.from_groups(groups, pad_id=tok.pad_token_id)
+
+
+def learner(args: dict[str, Any]) -> None:
+    """One learner update (GRPO, PPO-clip, old log-probs from the engine) on a fixed batch; variant:
+    rows (micro-batches of `micro_rows` rows, the current learner), tokens (token-budget micro-batches from
+    rlvr.trainer.packing, same worst-case size), checkpointing (gradient checkpointing on), full_logits
+    (the learner's log-probs from full [B, T, V] logits instead of the chunked LM head)."""
+    import torch
+
+    import rlvr.trainer.learner as learner_mod
+    from rlvr.config import Config
+    from rlvr.models import load_causal_lm, load_tokenizer
+    from rlvr.trainer.learner import Learner
+    from rlvr.trainer.packing import group_token_micro_batches, padding_report, row_lengths
+
+    variant = args["variant"]
+    path = model_dir(args["model"])
+    tok = load_tokenizer(path)
+    model = load_causal_lm(path, gradient_checkpointing=variant == "checkpointing")
+    batch = _learner_batch(model, tok, args)
+    rows = args["micro_rows"]
+    cfg = Config.model_validate({
+        "train": {"steps": 100, "mini_batches": 1, "micro_batch_size": rows, "prompts_per_step": args["prompts"]},
+        "rollout": {"n": args["n"], "max_new_tokens": args["max_new_tokens"]},
+        "optim": {"lr": 1e-6, "grad_clip": 1.0},
+        "algorithm": {"advantage": {"name": "grpo"}, "loss": {"name": "ppo_clip"}},
+    })
+    lengths = row_lengths(batch.attention_mask)
+    budget = rows * int(lengths.max())
+
+    class TokenBudgetLearner(Learner):
+        def _split(self, b: Any) -> Any:
+            group_ids = b.group_ids.cpu()
+            order = torch.randperm(int(group_ids.max()) + 1, generator=self.generator)
+            out = []
+            for groups in torch.tensor_split(order, self.cfg.train.mini_batches):
+                sel = torch.cat([torch.nonzero(group_ids == g).squeeze(1) for g in groups.tolist()])
+                micro = group_token_micro_batches(sel, group_ids, lengths, budget, None)
+                out.append((torch.cat(micro), micro))
+            return out
+
+    if variant == "full_logits":
+        learner_mod.forward_tokens = _full_logits_forward_tokens
+    cls = TokenBudgetLearner if variant == "tokens" else Learner
+    lrn = cls(model, cfg)
+    plan = [mb for _, micro in lrn._split(batch) for mb in micro]
+    reps = args.get("reps", 2)
+    lrn.update(copy.deepcopy(batch))  # warm-up (allocator, optimizer state)
+    times, peaks = [], []
+    base_rss = _vm("VmRSS")
+    for _ in range(reps):
+        _reset_peak_rss()
+        with Timer() as t:
+            lrn.update(copy.deepcopy(batch))
+        times.append(t.seconds)
+        peaks.append(_vm("VmHWM") - base_rss)
+    with Timer() as opt_t:
+        lrn.optimizer.step()
+    N = num_params(model)
+    tokens = batch.num_tokens
+    seconds = statistics.median(times)
+    emit({"variant": variant, "update_s": seconds, "tokens": tokens, "params": N,
+          "flops_per_update": 6.0 * N * tokens, "achieved_gflops": 6.0 * N * tokens / seconds / 1e9,
+          "optimizer_step_s": opt_t.seconds, "update_peak_extra_rss_mb": max(peaks),
+          "plan": padding_report(plan, lengths), "rows": len(batch), "peak_rss_mb": peak_rss_mb()})
+
+
+def _full_logits_forward_tokens(model: Any, input_ids: Any, attention_mask: Any, mask: Any,
+                                temperature: float = 1.0, *, with_entropy: bool = False, entropy_grad: bool = False,
+                                value_head: Any = None, chunk_size: int = 4096) -> Any:
+    """The naive baseline: full [B, T, V] logits, log-softmax over all of them, then gather."""
+    import torch
+
+    from rlvr.trainer.logprobs import TokenOutputs
+
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float() / max(temperature, 1e-6)
+    logp_all = torch.log_softmax(logits, dim=-1)
+    lp = logp_all.gather(2, input_ids[:, 1:, None]).squeeze(2)
+    out = torch.zeros(mask.shape, dtype=torch.float32, device=input_ids.device)
+    out[:, 1:] = lp * (mask[:, 1:] > 0)
+    entropy = None
+    if with_entropy:
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            ent = -(logp_all.exp() * logp_all).sum(-1)
+        entropy = torch.zeros_like(out)
+        entropy[:, 1:] = ent * (mask[:, 1:] > 0)
+    return TokenOutputs(out, entropy, None)
+
+
+WORKERS = {"peak": peak, "rlvr_train": rlvr_train, "trl_train": trl_train, "generation": generation,
+           "learner": learner}
+
+
+def run_worker(name: str, args_json: str) -> None:
+    WORKERS[name](json.loads(args_json))

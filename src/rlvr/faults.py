@@ -1,0 +1,52 @@
+"""Deterministic fault injection, for the reliability tests (and for anyone who wants to see a failure handled).
+
+Set `RLVR_FAULTS` to a comma-separated list of `action:point:steps`:
+
+    RLVR_FAULTS="kill:checkpoint:3"       SIGKILL this process while step 3's checkpoint is half written
+    RLVR_FAULTS="kill:rollout:2"          SIGKILL right after step 2's rollout
+    RLVR_FAULTS="kill:optimizer:2"        SIGKILL between step 2's backward pass and its optimizer step
+    RLVR_FAULTS="nan:loss:2-4"            make the loss of steps 2..4 NaN
+
+Unset (the normal case), every check is a dictionary lookup that finds nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from functools import lru_cache
+
+ACTIONS = ("kill", "nan")
+POINTS = ("rollout", "optimizer", "checkpoint", "loss")
+
+
+@lru_cache(maxsize=4)
+def _parse(spec: str) -> dict[tuple[str, str], set[int]]:
+    out: dict[tuple[str, str], set[int]] = {}
+    for item in filter(None, (x.strip() for x in spec.split(","))):
+        try:
+            action, point, steps = item.split(":")
+            lo, _, hi = steps.partition("-")
+            span = set(range(int(lo), int(hi or lo) + 1))
+        except ValueError:
+            raise ValueError(f"RLVR_FAULTS: expected action:point:step[-step], got {item!r}") from None
+        if action not in ACTIONS or point not in POINTS:
+            raise ValueError(f"RLVR_FAULTS: unknown {item!r}; actions {ACTIONS}, points {POINTS}")
+        out.setdefault((action, point), set()).update(span)
+    return out
+
+
+def _armed(action: str, point: str, step: int) -> bool:
+    spec = os.environ.get("RLVR_FAULTS")
+    return bool(spec) and step in _parse(spec).get((action, point), ())
+
+
+def kill_point(point: str, step: int) -> None:
+    """SIGKILL this process here if a `kill:<point>:<step>` fault is armed."""
+    if _armed("kill", point, step):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def nan_loss(step: int) -> bool:
+    """Whether step `step`'s loss should be made NaN."""
+    return _armed("nan", "loss", step)

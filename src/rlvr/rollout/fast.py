@@ -1,0 +1,448 @@
+"""A fast torch rollout engine: batched sampling over a preallocated KV cache, with minimal per-token Python.
+
+For Qwen2/Llama/Mistral-style decoders (RMSNorm, RoPE, GQA attention, SwiGLU MLP) it runs its own forward
+over the model's weights instead of calling `model.generate`:
+
+- each distinct prompt is prefilled once and its KV is copied to the n rows of its group;
+- the KV cache is one preallocated buffer [layers, 2, rows, kv_heads, max_len, head_dim]; a decode step
+  writes one position per row and attends over the filled prefix only;
+- a row that finishes (EOS, stop string) is compacted out: the last live row moves into its slot, so the
+  batch shrinks and no compute is spent on finished sequences;
+- small models get fused q|k|v and gate|up weight copies (fewer, larger matmuls); the copies are refreshed
+  whenever the model's parameters change (their version counters), so an optimizer step is always seen;
+- `compile=True` compiles the per-token decoder step with torch.compile (dynamic shapes).
+
+The behaviour log-probs are log softmax(logits / T) before top-k/top-p, as in `rlvr.rollout.hf` and the
+learner's `forward_tokens`; sampling uses torch's global RNG, so `torch.manual_seed` makes it reproducible.
+Other architectures (or a PEFT-wrapped model) fall back to the transformers-generate engine with a log line.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from rlvr.rollout.base import ENGINES, SamplingParams
+from rlvr.rollout.hf import HFEngine
+from rlvr.types import Sample
+
+log = logging.getLogger(__name__)
+
+SUPPORTED_TYPES = ("qwen2", "llama", "mistral")
+FUSE_LIMIT_BYTES = 256 * 2**20  # fused weight copies are made only when they cost at most this much memory
+STOP_CHECK_EVERY = 4  # decode steps between stop-string checks (the response is cut exactly afterwards)
+
+
+def unsupported_reason(model: Any) -> str | None:
+    """Why the fast path cannot run `model` exactly, or None when it can."""
+    cfg = getattr(model, "config", None)
+    mtype = getattr(cfg, "model_type", None)
+    if mtype not in SUPPORTED_TYPES:
+        return f"model_type {mtype!r} is not one of {', '.join(SUPPORTED_TYPES)}"
+    inner = getattr(model, "model", None)
+    layers = getattr(inner, "layers", None)
+    if layers is None or not hasattr(model, "lm_head"):
+        return "the model has no .model.layers / .lm_head (a wrapper such as PEFT?)"
+    if getattr(cfg, "hidden_act", "silu") != "silu":
+        return f"hidden_act {cfg.hidden_act!r} is not silu"
+    if getattr(cfg, "use_sliding_window", False) or "sliding_attention" in (getattr(cfg, "layer_types", None) or []):
+        return "sliding-window attention"
+    if mtype == "mistral" and getattr(cfg, "sliding_window", None):
+        return "sliding-window attention"
+    if getattr(cfg, "final_logit_softcapping", None) or getattr(cfg, "logit_scale", None):
+        return "scaled or soft-capped logits"
+    if getattr(cfg, "pretraining_tp", 1) != 1:
+        return "pretraining_tp != 1"
+    rotary = getattr(inner, "rotary_emb", None)
+    if rotary is None or getattr(rotary, "rope_type", "default") in ("dynamic", "longrope"):
+        return "a position-dependent rotary scaling"
+    linear_names = ("q_proj", "k_proj", "v_proj", "o_proj")
+    for layer in layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        if any(type(getattr(attn, n, None)) is not torch.nn.Linear for n in linear_names):
+            return "attention projections are not plain nn.Linear (LoRA or quantised?)"
+        if any(type(getattr(mlp, n, None)) is not torch.nn.Linear for n in ("gate_proj", "up_proj", "down_proj")):
+            return "MLP projections are not plain nn.Linear"
+        if hasattr(attn, "q_norm") or hasattr(attn, "k_norm"):
+            return "q/k norms"
+    if type(model.lm_head) is not torch.nn.Linear:
+        return "lm_head is not a plain nn.Linear"
+    return None
+
+
+@dataclass
+class _Layer:
+    ln1: torch.Tensor
+    qkv: list[tuple[torch.Tensor, torch.Tensor | None]]  # one fused (w, b) or three separate
+    o: tuple[torch.Tensor, torch.Tensor | None]
+    ln2: torch.Tensor
+    gate_up: list[tuple[torch.Tensor, torch.Tensor | None]]  # one fused or two separate
+    down: tuple[torch.Tensor, torch.Tensor | None]
+
+
+class _Decoder:
+    """The model's weights laid out for decoding, and its prefill / decode-step forwards."""
+
+    def __init__(self, model: Any):
+        self.model = model
+        cfg = model.config
+        self.num_heads = cfg.num_attention_heads
+        self.num_kv = getattr(cfg, "num_key_value_heads", None) or self.num_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.num_heads
+        self.hidden = cfg.hidden_size
+        self.eps = float(cfg.rms_norm_eps)
+        self.scale = self.head_dim ** -0.5
+        self.num_layers = len(model.model.layers)
+        param = next(model.parameters())
+        self.device, self.dtype = param.device, param.dtype
+        w_qkv = sum(getattr(layer.self_attn, n).weight.numel() for layer in model.model.layers
+                    for n in ("q_proj", "k_proj", "v_proj"))
+        w_gu = sum(2 * layer.mlp.gate_proj.weight.numel() for layer in model.model.layers)
+        self.fuse_qkv = w_qkv * param.element_size() <= FUSE_LIMIT_BYTES
+        self.fuse_gate_up = w_gu * param.element_size() <= FUSE_LIMIT_BYTES
+        self._versions: list[int] = []
+        self._rope_len = 0
+        self.refresh()
+
+    # -- weights -----------------------------------------------------------------------------------------
+
+    def _param_versions(self) -> list[int]:
+        return [p._version for p in self.model.parameters()] + [id(p) for p in self.model.parameters()]
+
+    @torch.no_grad()
+    def refresh(self, force: bool = False) -> None:
+        """Bring the fused weight copies up to date if any parameter changed since the last call. Fused
+        buffers are rewritten in place, so their identity (and a compiled step's guards) stay the same."""
+        versions = self._param_versions()
+        if not force and versions == self._versions:
+            return
+        m = self.model
+        old = getattr(self, "layers", None)
+        layers = []
+        for n, layer in enumerate(m.model.layers):
+            a, mlp = layer.self_attn, layer.mlp
+            qkv = self._fuse([a.q_proj, a.k_proj, a.v_proj], self.fuse_qkv, old[n].qkv if old else None)
+            gate_up = self._fuse([mlp.gate_proj, mlp.up_proj], self.fuse_gate_up, old[n].gate_up if old else None)
+            layers.append(_Layer(
+                ln1=layer.input_layernorm.weight, qkv=qkv, o=(a.o_proj.weight, a.o_proj.bias),
+                ln2=layer.post_attention_layernorm.weight, gate_up=gate_up,
+                down=(mlp.down_proj.weight, mlp.down_proj.bias)))
+        self.layers = layers
+        self.embed = m.model.embed_tokens.weight
+        self.norm = m.model.norm.weight
+        self.head = (m.lm_head.weight, m.lm_head.bias)
+        self._versions = self._param_versions()
+
+    @staticmethod
+    def _fuse(linears: list[Any], fuse: bool, old: list[tuple[torch.Tensor, torch.Tensor | None]] | None
+              ) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+        """[(w, b)] of the concatenated linears (rewriting `old`'s buffers in place), or each one's (w, b)."""
+        if not fuse:
+            return [(lin.weight, lin.bias) for lin in linears]
+        weights = [lin.weight for lin in linears]
+        biases = None
+        if any(lin.bias is not None for lin in linears):
+            biases = [lin.bias if lin.bias is not None else weights[0].new_zeros(lin.weight.shape[0])
+                      for lin in linears]
+        if old is not None and len(old) == 1:
+            w, b = old[0]
+            torch.cat(weights, out=w)
+            if b is not None and biases is not None:
+                torch.cat(biases, out=b)
+            return old
+        return [(torch.cat(weights), torch.cat(biases) if biases is not None else None)]
+
+    def rope_tables(self, length: int) -> None:
+        """cos and signed-sin tables for positions [0, length), computed by the model's own rotary module.
+        Sized generously at first so that a compiled step rarely sees a new table."""
+        if length <= self._rope_len:
+            return
+        cap = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
+        length = max(length, min(cap, 8192), 2 * self._rope_len)
+        rotary = self.model.model.rotary_emb
+        pos = torch.arange(length, device=self.device)[None]
+        probe = torch.zeros(1, dtype=self.dtype, device=self.device)
+        with torch.no_grad():
+            cos, sin = rotary(probe, pos)
+        half = self.head_dim // 2
+        sin_signed = torch.cat([-sin[0, :, :half], sin[0, :, half:]], dim=-1)
+        self.rope = torch.stack([cos[0], sin_signed], dim=1).contiguous()  # [length, 2, D]: cos, signed sin
+        self._rope_len = length
+
+    # -- forwards ----------------------------------------------------------------------------------------
+
+    def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor, out: torch.Tensor | None = None
+              ) -> torch.Tensor:
+        # x * cos + rotate_half(x) * sin, with rotate_half(x) * sin == roll(x, D/2) * [-sin_lo, sin_hi]
+        rolled = x.roll(self.head_dim // 2, dims=-1)
+        if out is None:
+            return torch.addcmul(x * cos, rolled, sin_signed)
+        return torch.addcmul(x * cos, rolled, sin_signed, out=out)
+
+    def _project(self, x: torch.Tensor, parts: list[tuple[torch.Tensor, torch.Tensor | None]]) -> torch.Tensor:
+        if len(parts) == 1:
+            return F.linear(x, *parts[0])
+        return torch.cat([F.linear(x, w, b) for w, b in parts], dim=-1)
+
+    def new_cache(self, rows: int, length: int) -> torch.Tensor:
+        """[layers, rows, 2 (k, v), kv_heads, length, head_dim], zeroed: attention multiplies the masked-out
+        positions by a zero weight, and uninitialised memory could hold NaN (0 * NaN = NaN)."""
+        return torch.zeros((self.num_layers, rows, 2, self.num_kv, length, self.head_dim), dtype=self.dtype,
+                           device=self.device)
+
+    def prefill(self, ids: torch.Tensor, lengths: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
+        """Run right-padded prompts ids [B, L] (true lengths [B]); write their KV to cache[:, :B, :, :, :L].
+        Returns the last-position logits [B, V] in float32."""
+        B, L = ids.shape
+        H, K, D = self.num_heads, self.num_kv, self.head_dim
+        self.rope_tables(L)
+        cos, sin = self.rope[:L, None, 0], self.rope[:L, None, 1]  # broadcast over [B, L, heads, D]
+        keys = torch.arange(L, device=ids.device)
+        valid = keys[None, :] < lengths[:, None]  # [B, L]
+        mask = (keys[None, :, None] >= keys[None, None, :]) & valid[:, None, :]  # [B, Lq, Lk]
+        mask = mask[:, None]  # [B, 1, Lq, Lk]
+        x = F.embedding(ids, self.embed)
+        for i, layer in enumerate(self.layers):
+            h = F.rms_norm(x, (self.hidden,), layer.ln1, self.eps)
+            qkv = self._project(h, layer.qkv)
+            qk = self._rope(qkv[..., : (H + K) * D].view(B, L, H + K, D), cos, sin)
+            q = qk[:, :, :H].transpose(1, 2)
+            k = qk[:, :, H:].transpose(1, 2)
+            v = qkv[..., (H + K) * D :].view(B, L, K, D).transpose(1, 2)
+            cache[i, :B, 0, :, :L] = k
+            cache[i, :B, 1, :, :L] = v
+            if K != H:
+                k = k.repeat_interleave(H // K, dim=1)
+                v = v.repeat_interleave(H // K, dim=1)
+            att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)
+            att = att.transpose(1, 2).reshape(B, L, H * D)
+            x = x + F.linear(att, *layer.o)
+            h = F.rms_norm(x, (self.hidden,), layer.ln2, self.eps)
+            gu = self._project(h, layer.gate_up)
+            g, u = gu.chunk(2, dim=-1)
+            x = x + F.linear(F.silu(g) * u, *layer.down)
+        last = x[torch.arange(B, device=ids.device), lengths - 1]
+        last = F.rms_norm(last, (self.hidden,), self.norm, self.eps)
+        return F.linear(last, *self.head).float()
+
+    def step(self, tokens: torch.Tensor, pos: torch.Tensor, cache: torch.Tensor, width: int) -> torch.Tensor:
+        """One decode step for B = len(tokens) rows: token [B] at position pos [B] (its KV is written there),
+        attending over cache positions [0, width), width = max(pos) + 1. Returns logits [B, V], float32."""
+        B = tokens.shape[0]
+        H, K, D = self.num_heads, self.num_kv, self.head_dim
+        S = cache.shape[4]
+        cs = self.rope[pos]  # [B, 2, D]
+        cos, sin = cs[:, None, 0], cs[:, None, 1]
+        mask = (torch.arange(width, device=pos.device)[None] <= pos[:, None])[:, None, None]  # [B, 1, 1, W]
+        # Flat row of (row b, k/v c, head j, position pos_b) in a layer's cache viewed as [B * 2K * S, D].
+        slot = (torch.arange(B * 2 * K, device=pos.device).view(B, 2 * K) * S + pos[:, None]).view(-1)
+        x = F.embedding(tokens, self.embed)
+        for i, layer in enumerate(self.layers):
+            h = F.rms_norm(x, (self.hidden,), layer.ln1, self.eps)
+            qkv = self._project(h, layer.qkv)
+            qk = qkv[:, : (H + K) * D].view(B, H + K, D)
+            layer_cache = cache[i]
+            if torch.compiler.is_compiling():  # no out= into a view under dynamo
+                qk = self._rope(qk, cos, sin)
+                kv = torch.cat([qk[:, H:], qkv[:, (H + K) * D :].view(B, K, D)], dim=1)
+            else:  # rotate q|k in place, so that k|v is one contiguous slice of qkv
+                self._rope(qk, cos, sin, out=qk)
+                kv = qkv[:, H * D :].view(B, 2 * K, D)
+            layer_cache.view(-1, D).index_copy_(0, slot, kv.reshape(B * 2 * K, D))
+            q = qk[:, :H].reshape(B, K, H // K, D)  # GQA: the query heads of a kv head act as its query rows
+            att = F.scaled_dot_product_attention(q, layer_cache[:, 0, :, :width], layer_cache[:, 1, :, :width],
+                                                 attn_mask=mask, scale=self.scale)
+            x = torch.addmm(x, att.view(B, H * D), layer.o[0].t()) if layer.o[1] is None else \
+                x + F.linear(att.view(B, H * D), *layer.o)
+            h = F.rms_norm(x, (self.hidden,), layer.ln2, self.eps)
+            gu = self._project(h, layer.gate_up)
+            g, u = gu.chunk(2, dim=-1)
+            a = F.silu(g).mul_(u)
+            x = torch.addmm(x, a, layer.down[0].t()) if layer.down[1] is None else x + F.linear(a, *layer.down)
+        x = F.rms_norm(x, (self.hidden,), self.norm, self.eps)
+        return F.linear(x, *self.head).float()
+
+
+def _truncate(scaled: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Top-k then top-p (nucleus) filtering of temperature-scaled logits, as transformers' warpers do it:
+    top-k keeps logits >= the k-th largest; top-p keeps the smallest set of largest tokens whose probability
+    reaches top_p (always at least one token). Removed tokens get -inf."""
+    if top_k > 0 and top_k < scaled.shape[-1]:
+        kth = torch.topk(scaled, top_k, dim=-1).values[:, -1:]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(scaled, dim=-1, descending=False)
+        cum = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+        remove = cum <= (1 - top_p)
+        remove[:, -1] = False
+        scaled = scaled.masked_fill(remove.scatter(1, order, remove), float("-inf"))
+    return scaled
+
+
+def _sample(logp: torch.Tensor) -> torch.Tensor:
+    """One token per row from the categorical distribution exp(logp) (rows may hold -inf), by inverting the
+    CDF at a uniform draw: the first token whose cumulative probability exceeds u * total. One uniform per
+    row from torch's global RNG, so `torch.manual_seed` fixes the result."""
+    cum = logp.exp().cumsum_(dim=-1)
+    u = torch.rand((logp.shape[0], 1), device=logp.device, dtype=cum.dtype).mul_(cum[:, -1:])
+    return torch.searchsorted(cum, u, right=True).squeeze(1).clamp_(max=logp.shape[-1] - 1)
+
+
+@ENGINES.register("fast")
+class FastEngine(HFEngine):
+    """Static-KV-cache batched sampling with a shared prompt prefill per group (see the module docstring).
+    Falls back to the transformers-generate engine for models it does not support."""
+
+    def __init__(self, model: Any, tokenizer: Any, *, batch_size: int = 256, compile: bool = False):
+        super().__init__(model, tokenizer, batch_size=batch_size)
+        self.compile = compile
+        self._decoder: _Decoder | None = None
+        self._step_fn: Any = None
+        self._bind(model)
+
+    def _bind(self, model: Any) -> None:
+        self.model = model
+        reason = unsupported_reason(model)
+        if reason is not None:
+            log.info("fast engine: %s; using transformers generate instead", reason)
+            self._decoder = None
+            return
+        self._decoder = _Decoder(model)
+        self._step_fn = self._decoder.step
+        if self.compile:
+            self._step_fn = torch.compile(self._decoder.step, dynamic=True)
+
+    @property
+    def supported(self) -> bool:
+        return self._decoder is not None
+
+    def sync_weights(self, model: Any, version: int) -> None:
+        if model is not self.model:
+            self._bind(model)
+        self.policy_version = version
+
+    @torch.inference_mode()
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Sample]]:
+        if self._decoder is None:
+            return super().generate(prompts, params)
+        self._decoder.refresh()
+        # Pieces (prompt, count) of at most batch_size rows, packed into chunks of at most batch_size rows.
+        pieces = []
+        for i in range(len(prompts)):
+            left = params.n
+            while left > 0:
+                take = min(left, self.batch_size)
+                pieces.append((i, take))
+                left -= take
+        results: list[list[Sample]] = [[] for _ in prompts]
+        chunk: list[tuple[int, int]] = []
+        for piece in pieces + [(-1, 0)]:
+            if piece[0] < 0 or (chunk and sum(c for _, c in chunk) + piece[1] > self.batch_size):
+                samples = self._generate_chunk([list(prompts[i]) for i, _ in chunk], [c for _, c in chunk], params)
+                for (i, _), group in zip(chunk, samples):
+                    results[i].extend(group)
+                chunk = []
+            if piece[0] >= 0:
+                chunk.append(piece)
+        return results
+
+    def _generate_chunk(self, prompts: list[list[int]], counts: list[int], params: SamplingParams
+                        ) -> list[list[Sample]]:
+        dec = self._decoder
+        assert dec is not None
+        device = dec.device
+        if any(len(p) == 0 for p in prompts):
+            raise ValueError("the fast engine needs non-empty prompts")
+        P, N, M = len(prompts), sum(counts), params.max_new_tokens
+        lengths_list = [len(p) for p in prompts]
+        L = max(lengths_list)
+        S = L + M
+        dec.rope_tables(S)
+        ids = torch.full((P, L), self.pad_id, dtype=torch.long)
+        for b, p in enumerate(prompts):
+            ids[b, : len(p)] = torch.tensor(p, dtype=torch.long)
+        ids, lengths = ids.to(device), torch.tensor(lengths_list, device=device)
+
+        # Prefill the P distinct prompts, then copy each prompt's KV (and first logits) to its rows.
+        cache = dec.new_cache(N, S)
+        small = dec.new_cache(P, L)
+        logits = dec.prefill(ids, lengths, small)
+        counts_t = torch.tensor(counts, device=device)
+        if all(c == 1 for c in counts):
+            cache[..., :L, :] = small
+        else:
+            cache[..., :L, :] = small.repeat_interleave(counts_t, dim=1)
+            logits = logits.repeat_interleave(counts_t, dim=0)
+            lengths = lengths.repeat_interleave(counts_t)
+        del small
+
+        greedy = params.temperature <= 0
+        T = 1.0 if greedy else float(params.temperature)
+        truncate = not greedy and (params.top_p < 1.0 or params.top_k > 0)
+        eos = torch.tensor(self.eos_ids, device=device)
+        out_tok = torch.full((N, M), self.pad_id, dtype=torch.long, device=device)
+        out_lp = torch.zeros((N, M), dtype=torch.float32, device=device)
+        out_len = torch.full((N,), M, dtype=torch.long)
+        row_ids = torch.arange(N, device=device)  # original row held by each live slot
+        pos = lengths.clone()  # where the token sampled now will be written
+        stops = list(params.stop)
+        live = N
+        for t in range(M):
+            logp = torch.log_softmax(logits if T == 1.0 else logits.div_(T), dim=-1)
+            token = logp.argmax(dim=-1) if greedy else _sample(_truncate(logp, params.top_k, params.top_p)
+                                                                 if truncate else logp)
+            out_tok[row_ids, t] = token
+            out_lp[row_ids, t] = logp.gather(1, token[:, None]).squeeze(1)
+            finished = torch.isin(token, eos) if len(self.eos_ids) > 1 else token == eos[0]
+            if stops and (t + 1) % STOP_CHECK_EVERY == 0:
+                finished = finished | self._hit_stop(out_tok, row_ids, t + 1, stops)
+            if t + 1 == M:
+                break
+            done = finished.nonzero().squeeze(1)
+            if done.numel():
+                out_len[row_ids[done].cpu()] = t + 1
+                keep_n = live - done.numel()
+                if keep_n == 0:
+                    live = 0
+                    break
+                # Move live rows from the tail into the holes left by finished rows below keep_n.
+                holes = done[done < keep_n]
+                tail_alive = ~finished[keep_n:live]
+                movers = keep_n + tail_alive.nonzero().squeeze(1)
+                if holes.numel():
+                    cache[:, holes] = cache[:, movers]
+                    token[holes] = token[movers]
+                    pos[holes] = pos[movers]
+                    row_ids[holes] = row_ids[movers]
+                live = keep_n
+                token, pos, row_ids = token[:live], pos[:live], row_ids[:live]
+            width = int(pos.max()) + 1
+            logits = self._step_fn(token, pos, cache[:, :live], width)
+            pos = pos + 1
+        tok_rows = out_tok.cpu().tolist()
+        lp_rows = out_lp.cpu().tolist()
+        lens = out_len.tolist()
+        samples: list[list[Sample]] = []
+        row = 0
+        for p, c in zip(prompts, counts):
+            group = []
+            for _ in range(c):
+                n = lens[row]
+                group.append(self._to_sample(p, tok_rows[row][:n], lp_rows[row][:n], params))
+                row += 1
+            samples.append(group)
+        return samples
+
+    def _hit_stop(self, out_tok: torch.Tensor, row_ids: torch.Tensor, upto: int, stops: list[str]) -> torch.Tensor:
+        """[live] bool: whether each live row's response so far contains a stop string (checked on the tail
+        that the last STOP_CHECK_EVERY tokens could have completed)."""
+        longest = max(len(s) for s in stops)
+        start = max(0, upto - STOP_CHECK_EVERY - 4 * longest - 8)
+        rows = out_tok[row_ids, start:upto].cpu().tolist()
+        hit = [any(s in self.tokenizer.decode(r) for s in stops) for r in rows]
+        return torch.tensor(hit, device=row_ids.device)
