@@ -131,6 +131,19 @@ def sft(args: Annotated[list[str], typer.Argument(help=ARGS_HELP, show_default=F
         _fail(err)
 
 
+def _eval_overrides(n: int, ks: list[int], model: str, task: str | None, temperature: float | None,
+                    size: int | None) -> list[str]:
+    """The config overrides that eval-style command options stand for."""
+    extra = [f"eval.n={n}", f"eval.ks={ks}", f"model.path={model}"]
+    if task is not None:
+        extra.append(f"task.name={task}")
+    if temperature is not None:
+        extra.append(f"eval.temperature={temperature}")
+    if size is not None:
+        extra.append(f"eval.size={size}")
+    return extra
+
+
 @app.command("eval")
 def eval_cmd(
     model_dir: Annotated[str, typer.Argument(help="A Hugging Face model directory (e.g. RUN/final), or 'builtin'.")],
@@ -159,15 +172,8 @@ def eval_cmd(
         ks = [int(x) for x in k.split(",") if x.strip()]
     except ValueError:
         _fail(ValueError(f"--k: expected comma-separated integers like 1,4,16; got '{k}'"))
-    extra = [f"eval.n={n}", f"eval.ks={ks}", f"model.path={model_dir}"]
-    if task is not None:
-        extra.append(f"task.name={task}")
-    if temperature is not None:
-        extra.append(f"eval.temperature={temperature}")
-    if size is not None:
-        extra.append(f"eval.size={size}")
     try:
-        cfg = load_config(config, [*extra, *(overrides or [])])
+        cfg = load_config(config, [*_eval_overrides(n, ks, model_dir, task, temperature, size), *(overrides or [])])
         run_eval(cfg, model_dir, out)
     except _user_errors() as err:
         _fail(err)
@@ -255,14 +261,8 @@ def compare(
     from rlvr.config import load_config
     from rlvr.eval.compare import CompareError, powers_of_two, print_comparison, run_compare
 
-    extra = [f"eval.n={n}", f"eval.ks={powers_of_two(n)}", f"model.path={base}"]
-    if task is not None:
-        extra.append(f"task.name={task}")
-    if temperature is not None:
-        extra.append(f"eval.temperature={temperature}")
-    if size is not None:
-        extra.append(f"eval.size={size}")
     try:
+        extra = _eval_overrides(n, powers_of_two(n), base, task, temperature, size)
         cfg = load_config(config, [*extra, *(overrides or [])])
         print_comparison(run_compare(cfg, base, trained, out), out)
     except (*_user_errors(), CompareError) as err:

@@ -18,7 +18,7 @@ from typing import Annotated
 from pydantic import Field
 
 from rlvr.rewards.verifiers import extract_answer, parse_number
-from rlvr.tasks.base import TASKS, LazySplit, Task, TaskError, VerifyResult
+from rlvr.tasks.base import TASKS, LazySplit, Task, TaskError, VerifyResult, distinct_records
 from rlvr.types import TaskRecord
 
 
@@ -89,7 +89,7 @@ class AdditionTask(Task):
         if eval_size > space // 4:
             raise TaskError(f"task.eval_size: {eval_size} is too large for {lo}-{hi} digit problems "
                             f"(at most {space // 4})")
-        self._heldout = self._make_heldout(eval_size)
+        self._heldout = distinct_records(lambda i: self._problem(f"heldout-{i}", i), eval_size)
         exclude = {r.question for r in self._heldout}
         self._train = LazySplit(train_size, lambda i, attempt: self._problem(f"train-{i}-{attempt}", i), exclude)
 
@@ -103,18 +103,6 @@ class AdditionTask(Task):
             a, b = b, a
         return TaskRecord(id=f"addition-{key}", question=f"{a}+{b}", answer=str(a + b), difficulty=d,
                           source="addition", meta={"a": a, "b": b})
-
-    def _make_heldout(self, size: int) -> list[TaskRecord]:
-        seen: set[str] = set()
-        out: list[TaskRecord] = []
-        i = 0
-        while len(out) < size:
-            record = self._problem(f"heldout-{i}", i)
-            i += 1
-            if record.question not in seen:
-                seen.add(record.question)
-                out.append(record)
-        return out
 
     def verify(self, response: str, record: TaskRecord) -> VerifyResult:
         found = extract_answer(response, "auto")

@@ -7,6 +7,7 @@ tokenizer's chat template when it has one (and the config allows it), else the t
 from __future__ import annotations
 
 import abc
+import random
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, overload
@@ -174,6 +175,37 @@ class LazySplit(Sequence[TaskRecord]):
 
     def __iter__(self) -> Iterator[TaskRecord]:
         return (self[i] for i in range(self.size))
+
+
+def distinct_records(make: Callable[[int], TaskRecord], size: int, what: str = "task.eval_size") -> list[TaskRecord]:
+    """`size` records with distinct questions from make(0), make(1), ... (procedural held-out splits)."""
+    seen: set[str] = set()
+    out: list[TaskRecord] = []
+    for i in range(size * 50):
+        record = make(i)
+        if record.question not in seen:
+            seen.add(record.question)
+            out.append(record)
+            if len(out) == size:
+                return out
+    raise TaskError(f"{what}: {size} distinct problems could not be generated; use a smaller value")
+
+
+def holdout_split(train: list[TaskRecord], heldout: list[TaskRecord] | None, *, eval_fraction: float, seed: int,
+                  source: str) -> tuple[list[TaskRecord], list[TaskRecord]]:
+    """(train, heldout) from loaded rows: without an explicit held-out file, a seeded `eval_fraction` of `train`
+    is held out. Training rows whose question is held out are dropped, so the splits never overlap."""
+    if heldout is None:
+        order = list(range(len(train)))
+        random.Random(seed).shuffle(order)
+        n_eval = max(1, round(len(train) * eval_fraction))
+        heldout = [train[i] for i in sorted(order[:n_eval])]
+        train = [train[i] for i in sorted(order[n_eval:])]
+    held_questions = {r.question for r in heldout}
+    train = [r for r in train if r.question not in held_questions]
+    if not train:
+        raise TaskError(f"task.path: no training rows left in '{source}' after holding out the eval split")
+    return train, heldout
 
 
 def build_task(name: str, params: dict[str, Any] | None = None) -> Task:

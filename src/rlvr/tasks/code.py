@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from rlvr.rewards.code import RewardMode, extract_code, run_unit_tests, split_tests
-from rlvr.tasks.base import TASKS, LazySplit, Task, TaskError, VerifyResult
+from rlvr.tasks.base import TASKS, LazySplit, Task, TaskError, VerifyResult, distinct_records, holdout_split
 from rlvr.tasks.jsonl import read_rows
 from rlvr.types import TaskRecord
 
@@ -177,40 +177,16 @@ class CodeTask(Task):
             if eval_path is not None:
                 raise TaskError("task.eval_path: given without task.path; set task.path to the training file, "
                                 "or drop eval_path to use the built-in generated problems")
-            self._heldout = self._make_heldout(eval_size)
+            self._heldout = distinct_records(lambda i: synthetic_problem(seed, f"heldout-{i}"), eval_size)
             exclude = {r.question for r in self._heldout}
             self._train = LazySplit(train_size, lambda i, attempt: synthetic_problem(seed, f"train-{i}-{attempt}"),
                                     exclude)
             return
-        train = self._load(Path(path), "path")
-        if eval_path:
-            heldout = self._load(Path(eval_path), "eval_path")
-        else:
-            order = list(range(len(train)))
-            random.Random(seed).shuffle(order)
-            n_eval = max(1, round(len(train) * eval_fraction))
-            heldout = [train[i] for i in sorted(order[:n_eval])]
-            train = [train[i] for i in sorted(order[n_eval:])]
-        held_questions = {r.question for r in heldout}
-        self._heldout = heldout
-        self._train = [r for r in train if r.question not in held_questions]
-        if not self._train:
-            raise TaskError(f"task.path: no training rows left in '{path}' after holding out the eval split")
+        heldout = self._load(Path(eval_path), "eval_path") if eval_path else None
+        self._train, self._heldout = holdout_split(self._load(Path(path), "path"), heldout,
+                                                   eval_fraction=eval_fraction, seed=seed, source=str(path))
         if self.bad_rows:
             log.warning("task: skipped %d malformed rows", self.bad_rows)
-
-    def _make_heldout(self, size: int) -> list[TaskRecord]:
-        seen: set[str] = set()
-        out: list[TaskRecord] = []
-        for i in range(size * 50):
-            record = synthetic_problem(self.seed, f"heldout-{i}")
-            if record.question not in seen:
-                seen.add(record.question)
-                out.append(record)
-                if len(out) == size:
-                    return out
-        raise TaskError(f"task.eval_size: {size} distinct generated problems could not be made; use a smaller "
-                        "eval_size")
 
     def _load(self, path: Path, key: str) -> list[TaskRecord]:
         rows = read_rows(path)

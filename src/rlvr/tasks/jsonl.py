@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
 from rlvr.rewards.verifiers import ExtractMode, exact_equal, extract_answer, math_equal, numbers_equal
-from rlvr.tasks.base import TASKS, Task, TaskError, VerifyResult
+from rlvr.tasks.base import TASKS, Task, TaskError, VerifyResult, holdout_split
 from rlvr.types import TaskRecord
 
 log = logging.getLogger(__name__)
@@ -79,20 +78,9 @@ class JsonlTask(Task):
         self.extract = extract
         self.on_bad_row = on_bad_row
         self.bad_rows = 0
-        train = self._load(Path(path), "path")
-        if eval_path:
-            heldout = self._load(Path(eval_path), "eval_path")
-        else:
-            order = list(range(len(train)))
-            random.Random(seed).shuffle(order)
-            n_eval = max(1, round(len(train) * eval_fraction))
-            heldout = [train[i] for i in sorted(order[:n_eval])]
-            train = [train[i] for i in sorted(order[n_eval:])]
-        held_questions = {r.question for r in heldout}
-        self._heldout = heldout
-        self._train = [r for r in train if r.question not in held_questions]
-        if not self._train:
-            raise TaskError(f"task.path: no training rows left in '{path}' after holding out the eval split")
+        heldout = self._load(Path(eval_path), "eval_path") if eval_path else None
+        self._train, self._heldout = holdout_split(self._load(Path(path), "path"), heldout,
+                                                   eval_fraction=eval_fraction, seed=seed, source=str(path))
         if self.bad_rows:
             log.warning("task: skipped %d malformed rows", self.bad_rows)
 
