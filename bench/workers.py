@@ -131,7 +131,7 @@ def trl_train(args: dict[str, Any]) -> None:
     data = Dataset.from_list([{"prompt": prompt_text(r)} for r in records])
 
     def addition_reward(prompts: list[str], completions: list[str], **_: Any) -> list[float]:
-        return [task.verify(c, by_prompt[p]).score for p, c in zip(prompts, completions)]
+        return [task.verify(c, by_prompt[p]).reward for p, c in zip(prompts, completions)]
 
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
     tmp = tempfile.mkdtemp(prefix="trl-bench-")
@@ -222,7 +222,7 @@ def generation(args: dict[str, Any]) -> None:
 
     runners = {"generate": plain_generate, "hf": engine_run(HFEngine(model, tok)),
                "fast": engine_run(FastEngine(model, tok))}
-    compile_s = None
+    compile_s, same = None, None
     if args.get("compile"):
         compiled = FastEngine(model, tok, compile=True)
         torch.manual_seed(0)
@@ -230,6 +230,12 @@ def generation(args: dict[str, Any]) -> None:
             compiled.generate(prompts, params)  # compiles
         compile_s = t.seconds
         runners["fast+compile"] = engine_run(compiled)
+        greedy = SamplingParams(n=2, temperature=0.0, max_new_tokens=M)
+        same = [[s.response_ids for s in g] for g in compiled.generate(prompts, greedy)] == \
+            [[s.response_ids for s in g] for g in FastEngine(model, tok).generate(prompts, greedy)]
+    for run in runners.values():  # warm-up: first-call costs (allocator, lazy imports) are not throughput
+        torch.manual_seed(0)
+        run()
     best: dict[str, dict[str, float]] = {}
     for rep in range(args.get("reps", 3)):
         for name, run in runners.items():
@@ -240,6 +246,7 @@ def generation(args: dict[str, Any]) -> None:
             if name not in best or rate > best[name]["tokens_per_s"]:
                 best[name] = {"tokens_per_s": rate, "seconds": t.seconds, "tokens": float(tokens)}
     emit({"engines": best, "rows": P * n, "max_new_tokens": M, "compile_s": compile_s,
+          "compiled_greedy_equals_eager": same,
           "params": num_params(model)})
 
 

@@ -36,7 +36,13 @@ def main() -> None:
     from rlvr.config import read_yaml
     from rlvr.models import load_causal_lm, load_tokenizer
     from rlvr.rewards import CorrectnessReward, RewardFunction
-    from rlvr.rollout import AgentConfig, SamplingParams, agent_metrics, agent_rollout_groups, build_env_factory
+    from rlvr.rollout import (
+        AgentConfig,
+        SamplingParams,
+        agent_metrics,
+        agent_rollout_groups,
+        build_env_factory,
+    )
     from rlvr.rollout.hf import HFEngine
     from rlvr.tasks import PromptRenderer, build_task
 

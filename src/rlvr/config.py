@@ -188,6 +188,28 @@ class EvalConfig(Strict):
         return ks
 
 
+class DistributedConfig(Strict):
+    """Where the stages run: in this process (local), or rollout workers as Ray actors (ray)."""
+
+    backend: Literal["local", "ray"] = Field("local", description="local: one process; ray: rollout actors.")
+    address: str | None = Field(None, description="None: start a local Ray runtime; 'auto': join the cluster "
+                                "started with `ray start`; or ray://host:port.")
+    num_cpus: int | None = Field(None, ge=1, description="CPUs of a local Ray runtime; default: all.")
+    rollout_workers: int = Field(2, ge=1, description="Rollout engine replicas (Ray actors).")
+    cpus_per_rollout_worker: float = Field(1.0, gt=0)
+    gpus_per_rollout_worker: float = Field(0.0, ge=0, description="> 0 places workers on GPUs (separate "
+                                           "from the learner's unless fractions let them share).")
+    mode: Literal["sync", "async"] = Field("sync", description="async: workers generate the next batches while "
+                                           "the learner trains (needs backend=ray).")
+    max_staleness: int = Field(1, ge=0, description="async: a sample may be at most this many policy versions "
+                               "old; 0 reproduces synchronous training.")
+    stale: Literal["drop", "requeue"] = Field("drop", description="What to do with samples older than allowed.")
+    off_policy_correction: Literal["none", "tis", "decoupled"] = Field(
+        "tis", description="async: none (PPO against the behaviour policy), tis (truncated importance sampling "
+        "with the learner's recomputed log-probs), decoupled (decoupled PPO: untruncated)."
+    )
+
+
 class LoggingConfig(Strict):
     console_every: int = Field(1, ge=1, description="Print a metrics line every N steps.")
     progress: bool = Field(True, description="Show a progress bar (off when not a terminal).")
@@ -215,6 +237,7 @@ class Config(Strict):
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    distributed: DistributedConfig = Field(default_factory=DistributedConfig)
 
     @model_validator(mode="after")
     def _bind_components(self) -> Config:
@@ -294,6 +317,12 @@ def resolve_components(cfg: Config) -> list[str]:
     if len(set(names)) != len(names):
         problems.append(f"rewards: each component may appear once; got {names}")
     problems.extend(_algorithm_problems(cfg))
+    d = cfg.distributed
+    if d.mode == "async" and d.backend != "ray":
+        problems.append("distributed.mode: async needs separate rollout workers; set distributed.backend=ray")
+    if d.mode == "async" and cfg.sampling.name != "uniform":
+        problems.append(f"distributed.mode: async generates batches ahead, so it works with sampling=uniform only; "
+                        f"got sampling {cfg.sampling.name!r}")
     if cfg.train.mini_batches > cfg.train.prompts_per_step:
         problems.append(
             f"train.mini_batches: mini-batches hold whole groups, so there can be at most "

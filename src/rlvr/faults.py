@@ -6,6 +6,7 @@ Set `RLVR_FAULTS` to a comma-separated list of `action:point:steps`:
     RLVR_FAULTS="kill:rollout:2"          SIGKILL right after step 2's rollout
     RLVR_FAULTS="kill:optimizer:2"        SIGKILL between step 2's backward pass and its optimizer step
     RLVR_FAULTS="nan:loss:2-4"            make the loss of steps 2..4 NaN
+    RLVR_FAULTS="kill:worker:3"           kill rollout worker 0 (a Ray actor) at the 3rd generation request
 
 Unset (the normal case), every check is a dictionary lookup that finds nothing.
 """
@@ -17,7 +18,7 @@ import signal
 from functools import lru_cache
 
 ACTIONS = ("kill", "nan")
-POINTS = ("rollout", "optimizer", "checkpoint", "loss")
+POINTS = ("rollout", "optimizer", "checkpoint", "loss", "worker")
 
 
 @lru_cache(maxsize=4)
@@ -34,6 +35,11 @@ def _parse(spec: str) -> dict[tuple[str, str], set[int]]:
             raise ValueError(f"RLVR_FAULTS: unknown {item!r}; actions {ACTIONS}, points {POINTS}")
         out.setdefault((action, point), set()).update(span)
     return out
+
+
+def armed(action: str, point: str, step: int) -> bool:
+    """Whether the fault `action:point:step` is armed (callers that act on it themselves)."""
+    return _armed(action, point, step)
 
 
 def _armed(action: str, point: str, step: int) -> bool:

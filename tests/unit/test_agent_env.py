@@ -61,23 +61,29 @@ def test_registry_builds_environments_with_params_and_a_toolset():
         ENVIRONMENTS.get("guess_numbr")
 
 
+class Countdown(Environment):
+    """A custom game: say "go" `start` times."""
+
+    stop = ["."]
+
+    def __init__(self, toolset=None, *, start: int = 3):
+        super().__init__(toolset)
+        self.start = start
+
+    def reset(self, record):
+        self.left = self.start
+        return f"Say go {self.start} times."
+
+    def step(self, action):
+        self.left -= action.count("go")
+        return StepResult(f"{max(self.left, 0)} left", 0.1, self.left <= 0, {})
+
+
+if "test_countdown_game" not in ENVIRONMENTS:
+    ENVIRONMENTS.register("test_countdown_game")(Countdown)
+
+
 def test_a_custom_game_plugs_in_like_the_built_ins():
-    @ENVIRONMENTS.register("test_countdown_game")
-    class Countdown(Environment):
-        stop = ["."]
-
-        def __init__(self, toolset=None, *, start: int = 3):
-            super().__init__(toolset)
-            self.start = start
-
-        def reset(self, record):
-            self.left = self.start
-            return f"Say go {self.start} times."
-
-        def step(self, action):
-            self.left -= action.count("go")
-            return StepResult(f"{max(self.left, 0)} left", 0.1, self.left <= 0, {})
-
     cfg = AgentConfig(environment={"name": "test_countdown_game", "start": 2})
     assert cfg.environment.start == 2
     factory = build_env_factory(cfg)

@@ -110,7 +110,7 @@ def test_luffy_sampler_skips_wrong_or_missing_teachers(tokenizer):
     sampler = SAMPLERS.build("luffy", {}, prompts=recs, seed=0)
     groups, m = sampler.next_batch(StepContext(step=1, prompts_per_step=2, n=2, rollout=WrongThenRight(),
                                                score=verify_score(task), task=None, tokenizer=tokenizer))
-    # r0: the teacher's answer is wrong (require_correct); r1 is not all-fail... it is r1 -> has a right answer
+    # r0 fails everywhere but its teacher's answer is wrong (require_correct drops it); r1 has a right answer
     assert m["missing_solutions"] == 1 and m["guided_groups"] == 0
 
 

@@ -189,8 +189,10 @@ def test_pcl_chooses_prompts_of_intermediate_predicted_difficulty(monkeypatch):
 
     sampler = SAMPLERS.build("pcl", {"pool_factor": 3, "warmup": 6, "l2": 1e-3}, prompts=split, seed=0)
     sampler.order.shuffle = False
-    ctx = lambda step: StepContext(step=step, prompts_per_step=6, n=2, rollout=rollout, policy=object(),
-                                   renderer=Renderer())
+
+    def ctx(step):
+        return StepContext(step=step, prompts_per_step=6, n=2, rollout=rollout, policy=object(), renderer=Renderer())
+
     groups, m = sampler.next_batch(ctx(1))  # warm-up: the first 6 candidates
     assert [g.record.difficulty for g in groups] == [1, 2, 3, 1, 2, 3] and m["value_fit_n"] == 6
     groups, m = sampler.next_batch(ctx(2))

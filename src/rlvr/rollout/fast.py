@@ -107,6 +107,7 @@ class _Decoder:
         self.fuse_gate_up = w_gu * param.element_size() <= FUSE_LIMIT_BYTES
         self._versions: list[int] = []
         self._rope_len = 0
+        self._slot_cache: dict[tuple[Any, ...], torch.Tensor] = {}
         self.refresh()
 
     # -- weights -----------------------------------------------------------------------------------------
@@ -190,13 +191,13 @@ class _Decoder:
         return torch.cat([F.linear(x, w, b) for w, b in parts], dim=-1)
 
     def new_cache(self, rows: int, length: int) -> torch.Tensor:
-        """[layers, rows, 2 (k, v), kv_heads, length, head_dim], zeroed: attention multiplies the masked-out
+        """[layers, 2 (k, v), rows, kv_heads, length, head_dim], zeroed: attention multiplies the masked-out
         positions by a zero weight, and uninitialised memory could hold NaN (0 * NaN = NaN)."""
-        return torch.zeros((self.num_layers, rows, 2, self.num_kv, length, self.head_dim), dtype=self.dtype,
+        return torch.zeros((self.num_layers, 2, rows, self.num_kv, length, self.head_dim), dtype=self.dtype,
                            device=self.device)
 
     def prefill(self, ids: torch.Tensor, lengths: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
-        """Run right-padded prompts ids [B, L] (true lengths [B]); write their KV to cache[:, :B, :, :, :L].
+        """Run right-padded prompts ids [B, L] (true lengths [B]); write their KV to cache[:, :, :B, :, :L]. 
         Returns the last-position logits [B, V] in float32."""
         B, L = ids.shape
         H, K, D = self.num_heads, self.num_kv, self.head_dim
@@ -214,8 +215,8 @@ class _Decoder:
             q = qk[:, :, :H].transpose(1, 2)
             k = qk[:, :, H:].transpose(1, 2)
             v = qkv[..., (H + K) * D :].view(B, L, K, D).transpose(1, 2)
-            cache[i, :B, 0, :, :L] = k
-            cache[i, :B, 1, :, :L] = v
+            cache[i, 0, :B, :, :L] = k
+            cache[i, 1, :B, :, :L] = v
             if K != H:
                 k = k.repeat_interleave(H // K, dim=1)
                 v = v.repeat_interleave(H // K, dim=1)
@@ -230,35 +231,69 @@ class _Decoder:
         last = F.rms_norm(last, (self.hidden,), self.norm, self.eps)
         return F.linear(last, *self.head).float()
 
+    def _slot_base(self, B: int, N: int, S: int, device: torch.device) -> torch.Tensor:
+        """[B, 2K]: the row of (k/v s, slot b, kv head j, position 0) in a layer's cache viewed as [2*N*K*S, D],
+        in the order of the k|v heads in the qkv projection (c = s*K + j)."""
+        key = (B, N, S, device)
+        base = self._slot_cache.get(key)
+        if base is None:
+            K = self.num_kv
+            c = torch.arange(2 * K, device=device)
+            base = (((c // K) * (N * K) + c % K)[None, :] + (torch.arange(B, device=device) * K)[:, None]) * S
+            self._slot_cache = {key: base} if len(self._slot_cache) > 256 else {**self._slot_cache, key: base}
+        return base
+
+    def _decode_attention(self, q: torch.Tensor, layer_cache: torch.Tensor, bias: torch.Tensor, width: int
+                          ) -> torch.Tensor:
+        """softmax(q k^T * scale + bias) v for one new query per row. GQA without copying the cache: the H/K
+        query heads that share a kv head are that head's query rows. Two batched matmuls over B*K small
+        matrices (faster than SDPA's CPU kernel at these sizes)."""
+        B, K, S, D = q.shape[0], self.num_kv, layer_cache.shape[3], self.head_dim
+        r = self.num_heads // K
+        keys = layer_cache[0, :B].view(B * K, S, D)[:, :width]  # views: rows [0, B) of the buffer are contiguous
+        values = layer_cache[1, :B].view(B * K, S, D)[:, :width]
+        scores = torch.bmm(q.reshape(B * K, r, D), keys.transpose(1, 2)).view(B, K, r, width)
+        probs = torch.softmax(scores.mul_(self.scale).add_(bias), dim=-1)
+        return torch.bmm(probs.view(B * K, r, width), values)
+
     def step(self, tokens: torch.Tensor, pos: torch.Tensor, cache: torch.Tensor, width: int) -> torch.Tensor:
-        """One decode step for B = len(tokens) rows: token [B] at position pos [B] (its KV is written there),
-        attending over cache positions [0, width), width = max(pos) + 1. Returns logits [B, V], float32."""
+        """One decode step for the B = len(tokens) rows held in slots [0, B) of `cache`: token [B] at position
+        pos [B] (its KV is written there), attending over positions [0, width), width = max(pos) + 1.
+        Returns logits [B, V], float32."""
+        base = self._slot_base(tokens.shape[0], cache.shape[2], cache.shape[4], pos.device)
+        return self.step_core(tokens, pos, base, cache, width)
+
+    def step_core(self, tokens: torch.Tensor, pos: torch.Tensor, slot_base: torch.Tensor, cache: torch.Tensor,
+                  width: int) -> torch.Tensor:
+        """`step` with the cache-row table given: pure tensor code, what `compile=True` compiles."""
         B = tokens.shape[0]
         H, K, D = self.num_heads, self.num_kv, self.head_dim
-        S = cache.shape[4]
         cs = self.rope[pos]  # [B, 2, D]
         cos, sin = cs[:, None, 0], cs[:, None, 1]
-        mask = (torch.arange(width, device=pos.device)[None] <= pos[:, None])[:, None, None]  # [B, 1, 1, W]
-        # Flat row of (row b, k/v c, head j, position pos_b) in a layer's cache viewed as [B * 2K * S, D].
-        slot = (torch.arange(B * 2 * K, device=pos.device).view(B, 2 * K) * S + pos[:, None]).view(-1)
+        visible = torch.arange(width, device=pos.device)[None] <= pos[:, None]
+        bias = torch.where(visible, 0.0, float("-inf")).to(self.dtype)[:, None, None]  # [B, 1, 1, W]
+        slot = (slot_base + pos[:, None]).view(-1)
         x = F.embedding(tokens, self.embed)
         for i, layer in enumerate(self.layers):
             h = F.rms_norm(x, (self.hidden,), layer.ln1, self.eps)
             qkv = self._project(h, layer.qkv)
             qk = qkv[:, : (H + K) * D].view(B, H + K, D)
-            layer_cache = cache[i]
-            if torch.compiler.is_compiling():  # no out= into a view under dynamo
+            layer_cache = cache[i]  # [2, N, K, S, D], contiguous
+            if torch.compiler.is_compiling():
+                # No out= into a view under dynamo; index_put_ on the cache input itself (not a view of it),
+                # which inductor can keep in place instead of copying the whole buffer back.
                 qk = self._rope(qk, cos, sin)
                 kv = torch.cat([qk[:, H:], qkv[:, (H + K) * D :].view(B, K, D)], dim=1)
+                c = torch.arange(2 * K, device=pos.device)
+                rows = torch.arange(B, device=pos.device)[:, None]
+                cache.index_put_((torch.full_like(pos, i)[:, None], (c // K)[None], rows, (c % K)[None],
+                                  pos[:, None]), kv)
             else:  # rotate q|k in place, so that k|v is one contiguous slice of qkv
                 self._rope(qk, cos, sin, out=qk)
                 kv = qkv[:, H * D :].view(B, 2 * K, D)
-            layer_cache.view(-1, D).index_copy_(0, slot, kv.reshape(B * 2 * K, D))
-            q = qk[:, :H].reshape(B, K, H // K, D)  # GQA: the query heads of a kv head act as its query rows
-            att = F.scaled_dot_product_attention(q, layer_cache[:, 0, :, :width], layer_cache[:, 1, :, :width],
-                                                 attn_mask=mask, scale=self.scale)
-            x = torch.addmm(x, att.view(B, H * D), layer.o[0].t()) if layer.o[1] is None else \
-                x + F.linear(att.view(B, H * D), *layer.o)
+                layer_cache.view(-1, D).index_copy_(0, slot, kv.reshape(B * 2 * K, D))
+            att = self._decode_attention(qk[:, :H], layer_cache, bias, width).view(B, H * D)
+            x = torch.addmm(x, att, layer.o[0].t()) if layer.o[1] is None else x + F.linear(att, *layer.o)
             h = F.rms_norm(x, (self.hidden,), layer.ln2, self.eps)
             gu = self._project(h, layer.gate_up)
             g, u = gu.chunk(2, dim=-1)
@@ -315,7 +350,15 @@ class FastEngine(HFEngine):
         self._decoder = _Decoder(model)
         self._step_fn = self._decoder.step
         if self.compile:
-            self._step_fn = torch.compile(self._decoder.step, dynamic=True)
+            core = torch.compile(self._decoder.step_core, dynamic=True)
+            dec = self._decoder
+
+            def compiled_step(tokens: torch.Tensor, pos: torch.Tensor, cache: torch.Tensor, width: int
+                              ) -> torch.Tensor:
+                base = dec._slot_base(tokens.shape[0], cache.shape[2], cache.shape[4], pos.device)
+                return core(tokens, pos, base, cache, width)
+
+            self._step_fn = compiled_step
 
     @property
     def supported(self) -> bool:
@@ -376,7 +419,7 @@ class FastEngine(HFEngine):
         if all(c == 1 for c in counts):
             cache[..., :L, :] = small
         else:
-            cache[..., :L, :] = small.repeat_interleave(counts_t, dim=1)
+            cache[..., :L, :] = small.repeat_interleave(counts_t, dim=2)
             logits = logits.repeat_interleave(counts_t, dim=0)
             lengths = lengths.repeat_interleave(counts_t)
         del small
@@ -415,14 +458,14 @@ class FastEngine(HFEngine):
                 tail_alive = ~finished[keep_n:live]
                 movers = keep_n + tail_alive.nonzero().squeeze(1)
                 if holes.numel():
-                    cache[:, holes] = cache[:, movers]
+                    cache[:, :, holes] = cache[:, :, movers]
                     token[holes] = token[movers]
                     pos[holes] = pos[movers]
                     row_ids[holes] = row_ids[movers]
                 live = keep_n
                 token, pos, row_ids = token[:live], pos[:live], row_ids[:live]
             width = int(pos.max()) + 1
-            logits = self._step_fn(token, pos, cache[:, :live], width)
+            logits = self._step_fn(token, pos, cache, width)
             pos = pos + 1
         tok_rows = out_tok.cpu().tolist()
         lp_rows = out_lp.cpu().tolist()

@@ -86,12 +86,16 @@ class Learner:
                             if alg.entropy_target is not None else FixedKLController(alg.entropy_coef))
         self.skipped_steps = 0
         self.updates = 0  # RL batches seen (critic warm-up counts them)
+        # Truncated IS against the engine's log-probs: asked for directly, or implied by asynchronous training.
+        self.tis_cap = alg.tis_cap
+        if self.tis_cap is None and cfg.distributed.mode == "async":
+            self.tis_cap = {"none": None, "tis": 2.0, "decoupled": float("inf")}[cfg.distributed.off_policy_correction]
 
     # -- what the algorithm needs ------------------------------------------------------------------------
 
     @property
     def _recompute_old(self) -> bool:
-        return self.cfg.train.recompute_old_logprobs or self.cfg.algorithm.tis_cap is not None
+        return self.cfg.train.recompute_old_logprobs or self.tis_cap is not None
 
     @property
     def _entropy_in_prepare(self) -> bool:
@@ -304,9 +308,9 @@ class Learner:
             "response_lengths": mb.response_lengths, "off_policy": mb.off_policy,
         }
         per_token, diag = call_with_inputs(self.loss_fn, available, f"loss '{alg.loss.name}'")
-        if alg.tis_cap is not None and mb.behaviour_logprobs is not None:
+        if self.tis_cap is not None and mb.behaviour_logprobs is not None:
             per_token = per_token * truncated_is_weights(mb.old_logprobs, mb.behaviour_logprobs, mb.mask,
-                                                         cap=alg.tis_cap)
+                                                         cap=self.tis_cap)
         policy_loss = aggregate_loss(per_token, train_mask, **agg)
         if faults.nan_loss(self.updates + 1):
             policy_loss = policy_loss * float("nan")

@@ -49,6 +49,7 @@ from rlvr.runtime import (
 from rlvr.sampling import SAMPLERS, BatchSampler, StepContext
 from rlvr.tasks import PromptRenderer, build_task
 from rlvr.tracking import RolloutWriter, build_sinks, check_sinks
+from rlvr.trainer.async_loop import AsyncBatches
 from rlvr.trainer.checkpoint import (
     latest_checkpoint,
     load_trainer_state,
@@ -142,6 +143,10 @@ class Run:
                 f"({previous or 'none'}) is intact; free space and continue with: rlvr train --resume {self.run_dir}"
             ) from err
 
+    @property
+    def rollout_restarts(self) -> int:
+        return int(getattr(self.engine, "restarts", 0))
+
     def evaluate(self, tag: str) -> dict[str, Any]:
         return _evaluate(self.cfg, self.engine, self.renderer, self.task, self.run_dir, tag)
 
@@ -169,6 +174,9 @@ def _train(cfg: Config, run_dir: Path, resume: bool, stop_after: int | None, tas
     finally:
         sink.close()
         run.reward_fn.close()
+        shutdown = getattr(run.engine, "shutdown", None)
+        if callable(shutdown):
+            shutdown()
 
 
 def _build(cfg: Config, run_dir: Path, resume: bool, task: Any, tokenizer: Any, device: torch.device) -> Run:
@@ -184,8 +192,13 @@ def _build(cfg: Config, run_dir: Path, resume: bool, task: Any, tokenizer: Any, 
         reference = load_causal_lm(cfg.model.reference_path or cfg.model.path, dtype=dtype, device=device,
                                    trust_remote_code=cfg.model.trust_remote_code, trainable=False,
                                    key="model.reference_path" if cfg.model.reference_path else "model.path")
-    engine = ENGINES.build(cfg.rollout.engine, {}, where="rollout.engine", model=policy, tokenizer=tokenizer,
-                           batch_size=cfg.rollout.batch_size)
+    if cfg.distributed.backend == "ray":  # rollout workers as Ray actors, behind the same engine interface
+        from rlvr.distributed.ray_engine import RayEngine
+
+        engine = RayEngine(cfg, str(checkpoint or cfg.model.path))
+    else:
+        engine = ENGINES.build(cfg.rollout.engine, {}, where="rollout.engine", model=policy, tokenizer=tokenizer,
+                               batch_size=cfg.rollout.batch_size)
     reward_fn = RewardFunction.from_config(cfg.rewards, RewardContext(
         policy=policy, tokenizer=tokenizer, temperature=cfg.rollout.temperature,
         max_new_tokens=cfg.rollout.max_new_tokens))
@@ -214,18 +227,14 @@ def _build(cfg: Config, run_dir: Path, resume: bool, task: Any, tokenizer: Any, 
 
 
 def _loop(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | None, signals: StopSignals) -> Path:
-    cfg, task, learner, engine, reward_fn = run.cfg, run.task, run.learner, run.engine, run.reward_fn
+    cfg, learner, engine, reward_fn = run.cfg, run.learner, run.engine, run.reward_fn
     before = run.evaluate("before") if cfg.eval.before and run.start_step == 0 else None
     last_step = cfg.train.steps if stop_after is None else min(cfg.train.steps, stop_after)
+    batches = AsyncBatches(run) if cfg.distributed.mode == "async" else SyncBatches(run)
     with ProgressReporter("train", cfg.train.steps, cfg.logging.progress, completed=run.start_step) as progress:
         for step in range(run.start_step + 1, last_step + 1):
             step_start = time.perf_counter()
-            torch.manual_seed(step_seed(cfg.run.seed, step))
-            ctx = StepContext(step=step, prompts_per_step=cfg.train.prompts_per_step, n=cfg.rollout.n,
-                              rollout=run.rollout, score=lambda gs: reward_fn(gs, task), task=task, engine=engine,
-                              renderer=run.renderer, params=run.params, policy=run.policy,
-                              tokenizer=run.tokenizer, total_steps=cfg.train.steps)
-            groups, sampler_metrics = run.sampler.next_batch(ctx)  # rollout + rewards, as the sampler decides
+            groups, sampler_metrics = batches.next(step, last_step)  # rollout + rewards (sampler's choice)
             rollout_s = time.perf_counter() - step_start
             faults.kill_point("rollout", step)
 
@@ -241,7 +250,9 @@ def _loop(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | None, 
             engine.sync_weights(run.policy, version=step)
 
             metrics = {**rollout_metrics(groups, reward_fn), **stats,
-                       **{f"sampling/{k}": v for k, v in sampler_metrics.items()}}
+                       **{k if k.startswith("async/") else f"sampling/{k}": v for k, v in sampler_metrics.items()}}
+            if cfg.distributed.backend == "ray":
+                metrics["distributed/rollout_worker_restarts"] = float(run.rollout_restarts)
             metrics.update(rollout_s=rollout_s, train_s=train_s, step_s=time.perf_counter() - step_start,
                            rollout_tokens_per_s=metrics["response_tokens"] / max(rollout_s, 1e-9),
                            train_tokens_per_s=stats["train_tokens"] / max(train_s, 1e-9))
@@ -283,6 +294,22 @@ def _loop(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | None, 
     console.print(f"Done. Run directory: [bold]{run.run_dir}[/bold]  (final model: {run.run_dir / 'final'}, "
                   f"report: {run.run_dir / 'report.html'})")
     return run.run_dir
+
+
+class SyncBatches:
+    """Each step's batch, produced when it is needed by the configured batch sampler."""
+
+    def __init__(self, run: Run):
+        self.run = run
+
+    def next(self, step: int, last_step: int) -> tuple[list[Group], dict[str, float]]:
+        run, cfg = self.run, self.run.cfg
+        torch.manual_seed(step_seed(cfg.run.seed, step))
+        ctx = StepContext(step=step, prompts_per_step=cfg.train.prompts_per_step, n=cfg.rollout.n,
+                          rollout=run.rollout, score=lambda gs: run.reward_fn(gs, run.task), task=run.task,
+                          engine=run.engine, renderer=run.renderer, params=run.params, policy=run.policy,
+                          tokenizer=run.tokenizer, total_steps=cfg.train.steps)
+        return run.sampler.next_batch(ctx)
 
 
 def build_critic(cfg: Config, policy: Any, dtype: torch.dtype, device: torch.device) -> Critic | None:

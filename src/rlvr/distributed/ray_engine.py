@@ -1,0 +1,201 @@
+"""Rollout on a Ray cluster: a group of rollout-worker actors behind the ordinary `RolloutEngine` interface.
+
+Each worker is a Ray actor holding its own copy of the policy and a local engine (`rollout.engine`). The
+trainer's loop does not change: `generate` splits the prompts into contiguous chunks, one per worker, and
+gathers the samples back in order; `sync_weights` is a versioned broadcast (the state dict is put in the Ray
+object store once and every worker loads it). A worker that dies is replaced (Ray restarts the actor), gets the
+latest weights again, and its chunk is retried once; if it dies again the step fails and the run stops with its
+newest complete checkpoint intact.
+
+`submit` returns a handle instead of waiting, which the asynchronous loop uses to keep workers busy while the
+learner trains (see `rlvr/trainer/async_loop.py`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from rlvr import faults
+from rlvr.rollout.base import RolloutEngine, SamplingParams
+from rlvr.types import Sample
+
+log = logging.getLogger("rlvr.distributed")
+
+
+def _require_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise RuntimeError("distributed.backend=ray needs Ray: pip install 'rlvr[ray]'") from None
+    return ray
+
+
+class RolloutWorker:
+    """The actor body: a policy copy and a local engine. Plain class; wrapped with ray.remote at start-up."""
+
+    def __init__(self, model_path: str, tokenizer_path: str, engine: str, batch_size: int, dtype: str,
+                 device: str, trust_remote_code: bool, threads: int | None = None):
+        from rlvr.models import load_causal_lm, load_tokenizer, resolve_device, resolve_dtype
+        from rlvr.rollout import ENGINES
+
+        if threads:
+            torch.set_num_threads(threads)
+        dev = resolve_device(device)
+        self.tokenizer = load_tokenizer(tokenizer_path, trust_remote_code=trust_remote_code)
+        self.model = load_causal_lm(model_path, dtype=resolve_dtype(dtype, dev), device=dev,
+                                    trust_remote_code=trust_remote_code, trainable=False)
+        self.engine = ENGINES.build(engine, {}, model=self.model, tokenizer=self.tokenizer, batch_size=batch_size)
+        self.version = 0
+        self.busy_s = 0.0
+
+    def set_weights(self, state: dict[str, torch.Tensor], version: int) -> int:
+        self.model.load_state_dict(state)
+        self.engine.sync_weights(self.model, version)
+        self.version = version
+        return version
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams, seed: int) -> tuple[list[list[Sample]], float]:
+        started = time.perf_counter()
+        torch.manual_seed(seed)
+        out = self.engine.generate(prompts, params)
+        seconds = time.perf_counter() - started
+        self.busy_s += seconds
+        return out, seconds
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def busy(self) -> float:
+        return self.busy_s
+
+
+@dataclass
+class PendingRollout:
+    """A `submit`ted generation: resolve it with `RayEngine.result`."""
+
+    chunks: list[tuple[int, int, int, Any]]  # (worker index, start, end, object ref)
+    prompts: list[list[int]]
+    params: SamplingParams
+    seed: int
+    version: int
+    submitted: float
+
+
+class RayEngine(RolloutEngine):
+    """`distributed.rollout_workers` rollout actors, colocated on one machine or spread over a cluster."""
+
+    def __init__(self, cfg: Any, model_path: str):
+        ray = _require_ray()
+        self.ray = ray
+        self.cfg = cfg
+        dist = cfg.distributed
+        if not ray.is_initialized():
+            if dist.address:
+                ray.init(address=dist.address, include_dashboard=False, log_to_driver=False)
+            else:
+                ray.init(num_cpus=dist.num_cpus, include_dashboard=False, log_to_driver=False)
+        self.policy_version = 0
+        self.workers: list[Any] = []
+        self.model_path = model_path
+        self._weights: Any = None  # object ref of the latest broadcast
+        self.restarts = 0
+        self._submits = 0
+        for _ in range(dist.rollout_workers):
+            self.workers.append(self._spawn())
+
+    def _spawn(self) -> Any:
+        cfg, dist = self.cfg, self.cfg.distributed
+        actor = self.ray.remote(RolloutWorker).options(
+            num_cpus=dist.cpus_per_rollout_worker, num_gpus=dist.gpus_per_rollout_worker, max_restarts=0,
+        )
+        threads = max(1, int(dist.cpus_per_rollout_worker)) if dist.gpus_per_rollout_worker == 0 else None
+        return actor.remote(self.model_path, cfg.model.tokenizer_path or cfg.model.path, cfg.rollout.engine,
+                            cfg.rollout.batch_size, cfg.model.dtype,
+                            "cuda" if dist.gpus_per_rollout_worker > 0 else "cpu", cfg.model.trust_remote_code,
+                            threads)
+
+    # -- weights -------------------------------------------------------------------------------------------
+
+    def sync_weights(self, model: Any, version: int) -> None:
+        """Versioned broadcast: put the state dict in the object store once; every worker loads it."""
+        state = {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
+        self._weights = self.ray.put(state)
+        self.policy_version = version
+        self.ray.get([w.set_weights.remote(self._weights, version) for w in self.workers])
+
+    # -- generation ----------------------------------------------------------------------------------------
+
+    def submit(self, prompts: Sequence[Sequence[int]], params: SamplingParams, seed: int | None = None
+               ) -> PendingRollout:
+        """Start generating; returns at once. Prompts are split into one contiguous chunk per worker."""
+        self._submits += 1
+        if seed is None:
+            seed = int(torch.randint(0, 2**31 - 1, (1,)).item())
+        prompts = [list(p) for p in prompts]
+        if faults.armed("kill", "worker", self._submits):
+            self.ray.kill(self.workers[0], no_restart=True)  # a node or process dying mid-run
+        chunks = []
+        bounds = _split(len(prompts), len(self.workers))
+        for i, (start, end) in enumerate(bounds):
+            if start == end:
+                continue
+            ref = self.workers[i].generate.remote(prompts[start:end], params, seed + i)
+            chunks.append((i, start, end, ref))
+        return PendingRollout(chunks, prompts, params, seed, self.policy_version, time.perf_counter())
+
+    def result(self, pending: PendingRollout) -> list[list[Sample]]:
+        out: list[list[Sample]] = [[] for _ in pending.prompts]
+        for i, start, end, ref in pending.chunks:
+            try:
+                samples, _ = self.ray.get(ref)
+            except self.ray.exceptions.RayActorError as err:
+                samples = self._retry(i, pending, start, end, err)
+            for j, group in enumerate(samples):
+                for s in group:
+                    s.policy_version = pending.version
+                out[start + j] = group
+        return out
+
+    def _retry(self, i: int, pending: PendingRollout, start: int, end: int, err: Exception) -> list[list[Sample]]:
+        log.warning("rollout worker %d died (%s); replacing it and retrying its %d prompts", i, err, end - start)
+        self.restarts += 1
+        self.workers[i] = self._spawn()
+        if self._weights is not None:
+            self.ray.get(self.workers[i].set_weights.remote(self._weights, self.policy_version))
+        samples, _ = self.ray.get(self.workers[i].generate.remote(pending.prompts[start:end], pending.params,
+                                                                  pending.seed + i))
+        return samples
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Sample]]:
+        return self.result(self.submit(prompts, params))
+
+    def busy_seconds(self) -> float:
+        """Seconds the workers have spent generating, summed over workers (for idle-time metrics)."""
+        return float(sum(self.ray.get([w.busy.remote() for w in self.workers])))
+
+    def shutdown(self) -> None:
+        for w in self.workers:
+            try:
+                self.ray.kill(w)
+            except Exception:
+                pass
+        self.workers = []
+
+
+def _split(n: int, parts: int) -> list[tuple[int, int]]:
+    """Contiguous, balanced [start, end) ranges of 0..n over `parts`."""
+    base, extra = divmod(n, parts)
+    out, start = [], 0
+    for i in range(parts):
+        end = start + base + (1 if i < extra else 0)
+        out.append((start, end))
+        start = end
+    return out
+
