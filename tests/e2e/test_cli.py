@@ -115,3 +115,8 @@ def test_eval_rejects_k_larger_than_n(tmp_path):
     res = runner.invoke(app, ["eval", "builtin", "--n", "2", "--k", "1,4"])
     assert res.exit_code == 2
     assert "eval.ks" in res.output
+
+
+def test_vllm_without_a_gpu_stops_with_a_clear_message(tmp_path):
+    out = _train_fails(tmp_path, "rollout.engine=vllm")
+    assert "rollout.engine" in out and ("needs vLLM" in out or "needs a CUDA GPU" in out)

@@ -97,6 +97,9 @@ def train(cfg: Config, *, resume: bool = False, stop_after: int | None = None) -
     device = resolve_device(cfg.model.device)
     PromptRenderer(task, tokenizer, cfg.model.chat_template)
     check_sinks(cfg.logging.sinks)
+    check_available = getattr(ENGINES.get(cfg.rollout.engine), "check_available", None)
+    if callable(check_available):  # e.g. vllm without a GPU: say so now, not after loading the model
+        check_available()
     if cfg.train.memory_check:
         try:
             check_memory(cfg, device, resolve_dtype(cfg.model.dtype, device))
