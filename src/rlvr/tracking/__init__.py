@@ -276,12 +276,15 @@ def check_sinks(names: Iterable[str]) -> list[str]:
 
 
 def build_sinks(names: Iterable[str], run_dir: Path, config: Mapping[str, Any] | None = None,
-                resume_from_step: int | None = None) -> MetricsLogger:
+                resume_from_step: int | None = None, enabled: bool = True) -> MetricsLogger:
     """The sinks named in `logging.sinks` (JSONL always included), wrapped in one `MetricsLogger`.
 
     `config` is the resolved config as plain data (`cfg.model_dump(mode="json")`); `resume_from_step` is the
-    checkpoint's step when resuming, else None.
+    checkpoint's step when resuming, else None. `enabled=False` gives a logger with no sinks (data-parallel
+    ranks other than 0).
     """
+    if not enabled:
+        return MetricsLogger([])
     run_dir = Path(run_dir)
     built: list[Sink] = []
     try:

@@ -41,6 +41,7 @@ from rlvr.algorithms import (
 )
 from rlvr.algorithms.inputs import broadcast_to_tokens, call_with_inputs, tensor_inputs
 from rlvr.config import Config
+from rlvr.distributed import data_parallel as dp
 from rlvr.trainer.critic import Critic, value_loss
 from rlvr.trainer.logprobs import forward_tokens
 from rlvr.trainer.optim import build_optimizer, build_scheduler
@@ -119,6 +120,8 @@ class Learner:
         out = []
         for groups in torch.tensor_split(order, self.cfg.train.mini_batches):
             if groups.numel() == 0:
+                if dp.world_size() > 1:  # every rank must take the same number of optimizer steps
+                    out.append((torch.zeros(0, dtype=torch.long), []))
                 continue
             micro: list[torch.Tensor] = []
             current: list[torch.Tensor] = []
@@ -229,11 +232,11 @@ class Learner:
         for epoch in range(cfg.train.ppo_epochs):
             for mb_rows, micro_batches in self._split(batch):
                 idx = mb_rows.to(self.device)
-                norms = {
-                    "num_tokens": float(train_mask[idx].sum()),
-                    "num_seqs": float((train_mask[idx].sum(1) > 0).sum()),
-                    "all_tokens": float(batch.mask[idx].sum()),
-                }
+                # normalizers of the whole (global, over data-parallel ranks) mini-batch
+                tokens, seqs, all_tokens = dp.sum_floats(
+                    float(train_mask[idx].sum()), float((train_mask[idx].sum(1) > 0).sum()),
+                    float(batch.mask[idx].sum()))
+                norms = {"num_tokens": tokens, "num_seqs": seqs, "all_tokens": all_tokens}
                 self.optimizer.zero_grad(set_to_none=True)
                 if self.critic is not None and self.critic.optimizer is not None:
                     self.critic.optimizer.zero_grad(set_to_none=True)
@@ -249,6 +252,10 @@ class Learner:
                         for k, v in stats.items():
                             sums[k] += v * tokens
                     train_tokens += mb.num_tokens
+                dp.all_reduce_gradients(self._trainable())  # data-parallel ranks: sum, losses are globally normed
+                if self.critic is not None and self.critic.separate:
+                    dp.all_reduce_gradients(self.critic.parameters())
+                loss_total = dp.sum_floats(loss_total)[0]
                 grad_norm = self._clip_and_norm()
                 if not (math.isfinite(loss_total) and math.isfinite(grad_norm)):
                     self.optimizer.zero_grad(set_to_none=True)
@@ -353,10 +360,14 @@ class Learner:
                 stats["value_loss"] = float(v_loss.detach())
         return stats
 
-    def _clip_and_norm(self) -> float:
-        params = [p for p in self.model.parameters() if p.grad is not None]
+    def _trainable(self) -> list[torch.nn.Parameter]:
+        params = [p for p in self.model.parameters() if p.requires_grad]
         if self.critic is not None and not self.critic.separate:
-            params += [p for p in self.critic.head.parameters() if p.grad is not None]
+            params += list(self.critic.head.parameters())
+        return params
+
+    def _clip_and_norm(self) -> float:
+        params = [p for p in self._trainable() if p.grad is not None]
         if not params:
             return 0.0
         max_norm = self.cfg.optim.grad_clip if self.cfg.optim.grad_clip is not None else float("inf")

@@ -24,6 +24,7 @@ import torch
 
 from rlvr import faults
 from rlvr.config import Config
+from rlvr.distributed import data_parallel as dp
 from rlvr.eval import evaluate, write_results
 from rlvr.eval.report import write_report
 from rlvr.models import (
@@ -51,6 +52,7 @@ from rlvr.tasks import PromptRenderer, build_task
 from rlvr.tracking import RolloutWriter, build_sinks, check_sinks
 from rlvr.trainer.async_loop import AsyncBatches
 from rlvr.trainer.checkpoint import (
+    checkpoint_dir,
     latest_checkpoint,
     load_trainer_state,
     save_checkpoint,
@@ -86,6 +88,7 @@ def train(cfg: Config, *, resume: bool = False, stop_after: int | None = None) -
 
     `stop_after` ends this invocation after that many steps in total, as if interrupted (tests use it).
     """
+    multi_rank = dp.init_from_env()  # torchrun: a data-parallel learner over the ranks
     # Everything that can fail on bad input is checked before the run directory or any compute exists.
     task = build_task(cfg.task.name, cfg.task.params)
     tokenizer = load_tokenizer(cfg.model.tokenizer_path or cfg.model.path,
@@ -106,13 +109,18 @@ def train(cfg: Config, *, resume: bool = False, stop_after: int | None = None) -
         except MemoryError as err:
             raise TrainingError(str(err)) from None
 
-    run_dir = prepare_run_dir(cfg, resume)
-    log_handler = attach_log_file(run_dir)
+    if multi_rank and device.type == "cuda":
+        device = torch.device("cuda", torch.cuda.current_device())
+    run_dir = prepare_run_dir(cfg, resume) if dp.is_main() else None
+    run_dir = Path(dp.broadcast_object(str(run_dir) if run_dir else None))
+    cfg.run.dir = run_dir
+    log_handler = attach_log_file(run_dir) if dp.is_main() else None
     try:
         return _train(cfg, run_dir, resume, stop_after, task, tokenizer, device)
     finally:
-        logging.getLogger("rlvr").removeHandler(log_handler)
-        log_handler.close()
+        if log_handler is not None:
+            logging.getLogger("rlvr").removeHandler(log_handler)
+            log_handler.close()
 
 
 @dataclass
@@ -135,7 +143,17 @@ class Run:
     faults: int = 0  # consecutive steps whose every optimizer step was skipped
 
     def checkpoint(self, step: int) -> Path:
+        if not dp.is_main():  # rank 0 writes; the others wait for it
+            dp.barrier()
+            return checkpoint_dir(self.run_dir, step)
         state = {"learner": self.learner.state_dict(), "sampler": self.sampler.state_dict(), "faults": self.faults}
+        try:
+            path = self._save(step, state)
+        finally:
+            dp.barrier()
+        return path
+
+    def _save(self, step: int, state: dict[str, Any]) -> Path:
         try:
             return save_checkpoint(self.run_dir, step, self.policy, self.tokenizer, state,
                                    self.cfg.checkpoint.keep_last)
@@ -151,7 +169,9 @@ class Run:
         return int(getattr(self.engine, "restarts", 0))
 
     def evaluate(self, tag: str) -> dict[str, Any]:
-        return _evaluate(self.cfg, self.engine, self.renderer, self.task, self.run_dir, tag)
+        result = _evaluate(self.cfg, self.engine, self.renderer, self.task, self.run_dir, tag) if dp.is_main() \
+            else None
+        return dp.broadcast_object(result)
 
     def rollout(self, records: Sequence[TaskRecord], n: int) -> list[Group]:
         """Sample n responses per record with the current policy and reward them."""
@@ -168,8 +188,10 @@ def _train(cfg: Config, run_dir: Path, resume: bool, stop_after: int | None, tas
            device: torch.device) -> Path:
     run = _build(cfg, run_dir, resume, task, tokenizer, device)
     resume_step = run.start_step if resume else None
-    sink = build_sinks(cfg.logging.sinks, run_dir, cfg.model_dump(mode="json"), resume_from_step=resume_step)
-    rollouts = RolloutWriter(run_dir, cfg.logging.rollouts_every, cfg.logging.rollouts_per_step,
+    main = dp.is_main()
+    sink = build_sinks(cfg.logging.sinks if main else [], run_dir, cfg.model_dump(mode="json"),
+                       resume_from_step=resume_step, enabled=main)
+    rollouts = RolloutWriter(run_dir, cfg.logging.rollouts_every if main else 0, cfg.logging.rollouts_per_step,
                              resume_from_step=resume_step)
     try:
         with StopSignals() as signals:
@@ -234,7 +256,8 @@ def _loop(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | None, 
     before = run.evaluate("before") if cfg.eval.before and run.start_step == 0 else None
     last_step = cfg.train.steps if stop_after is None else min(cfg.train.steps, stop_after)
     batches = AsyncBatches(run) if cfg.distributed.mode == "async" else SyncBatches(run)
-    with ProgressReporter("train", cfg.train.steps, cfg.logging.progress, completed=run.start_step) as progress:
+    with ProgressReporter("train", cfg.train.steps, cfg.logging.progress and dp.is_main(),
+                          completed=run.start_step) as progress:
         for step in range(run.start_step + 1, last_step + 1):
             step_start = time.perf_counter()
             groups, sampler_metrics = batches.next(step, last_step)  # rollout + rewards (sampler's choice)
@@ -259,6 +282,7 @@ def _loop(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | None, 
             metrics.update(rollout_s=rollout_s, train_s=train_s, step_s=time.perf_counter() - step_start,
                            rollout_tokens_per_s=metrics["response_tokens"] / max(rollout_s, 1e-9),
                            train_tokens_per_s=stats["train_tokens"] / max(train_s, 1e-9))
+            metrics = dp.mean_metrics(metrics)  # over data-parallel ranks (one rank: unchanged)
             run.faults = run.faults + 1 if math.isnan(stats["grad_norm"]) else 0  # all optimizer steps skipped
             if cfg.eval.every and step % cfg.eval.every == 0 and step < cfg.train.steps:
                 metrics.update({f"eval/{k}": v for k, v in _eval_summary(run.evaluate(f"step_{step:06d}")).items()})
@@ -280,7 +304,9 @@ def _loop(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | None, 
             saved = (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or step == cfg.train.steps
             if saved:
                 run.checkpoint(step)
-            if signals.received is not None:
+            if dp.sum_floats(float(signals.received is not None))[0] > 0:  # any rank was signalled
+                if signals.received is None:
+                    signals.received = signal.SIGTERM
                 if not saved:
                     run.checkpoint(step)
                 raise TrainingInterrupted(signals.received, step, run.run_dir)
@@ -289,8 +315,12 @@ def _loop(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | None, 
             run.checkpoint(last_step)
         return run.run_dir
 
-    save_hf_dir(run.policy, run.tokenizer, run.run_dir / "final")
+    if dp.is_main():
+        save_hf_dir(run.policy, run.tokenizer, run.run_dir / "final")
+    dp.barrier()
     after = run.evaluate("after") if cfg.eval.after else None
+    if not dp.is_main():
+        return run.run_dir
     if before is not None and after is not None:
         print_before_after(before, after, cfg.eval.ks)
     write_report(run.run_dir)
@@ -307,6 +337,10 @@ class SyncBatches:
 
     def next(self, step: int, last_step: int) -> tuple[list[Group], dict[str, float]]:
         run, cfg = self.run, self.run.cfg
+        if dp.world_size() > 1:  # every rank draws the same prompts and keeps every N-th one
+            records = run.sampler.take(cfg.train.prompts_per_step)[dp.rank()::dp.world_size()]
+            torch.manual_seed(step_seed(cfg.run.seed, step) + 7919 * dp.rank())
+            return run.rollout(records, cfg.rollout.n), {}
         torch.manual_seed(step_seed(cfg.run.seed, step))
         ctx = StepContext(step=step, prompts_per_step=cfg.train.prompts_per_step, n=cfg.rollout.n,
                           rollout=run.rollout, score=lambda gs: run.reward_fn(gs, run.task), task=run.task,
