@@ -45,9 +45,10 @@ FULL = {
     ],
     "learner": [
         {"model": "builtin", "prompts": 16, "n": 8, "max_new_tokens": 96, "micro_rows": 32, "reps": 3,
-         "variants": ["rows", "tokens", "checkpointing", "full_logits"]},
+         "variants": ["rows", "tokens", "fused_adamw", "tokens+fused_adamw", "checkpointing", "full_logits"]},
         {"model": "qwen0.5b", "prompts": 2, "n": 4, "max_new_tokens": 64, "micro_rows": 4, "reps": 2,
-         "random_lengths": True, "variants": ["rows", "tokens", "checkpointing", "full_logits"]},
+         "random_lengths": True,
+         "variants": ["rows", "tokens", "fused_adamw", "tokens+fused_adamw", "checkpointing", "full_logits"]},
     ],
 }
 
@@ -127,7 +128,7 @@ def run_all(plan: dict[str, Any]) -> dict[str, Any]:
         except (RuntimeError, subprocess.TimeoutExpired) as err:
             row["trl"] = {"error": str(err)[-1500:]}
         if "step_s" in row.get("trl", {}):
-            for engine, r in row["rlvr"].items():
+            for r in row["rlvr"].values():
                 r["steps_per_s_vs_trl"] = row["trl"]["step_s"] / r["step_s"]
                 r["rollout_tokens_per_s_vs_trl"] = r["rollout_tokens_per_s"] / row["trl"]["rollout_tokens_per_s"]
                 r["train_tokens_per_s_vs_trl"] = r["train_tokens_per_s"] / row["trl"]["train_tokens_per_s"]
@@ -137,7 +138,7 @@ def run_all(plan: dict[str, Any]) -> dict[str, Any]:
     for spec in plan["generation"]:
         r = call("generation", spec)
         base = r["engines"]["generate"]["tokens_per_s"]
-        for name, e in r["engines"].items():
+        for e in r["engines"].values():
             e["vs_generate"] = e["tokens_per_s"] / base
         r["settings"] = spec
         results["generation"].append(r)
@@ -210,6 +211,55 @@ def print_tables(res: dict[str, Any]) -> None:
                   f"optimizer step {fmt(r['optimizer_step_s'], 3)} s")
 
 
+def markdown(res: dict[str, Any]) -> str:
+    """The same tables as `print_tables`, as Markdown (for docs/performance.md)."""
+    p, m = res["peak"], res["machine"]
+    lines = [f"Measured {res['started']} .. {res['finished']} on {m.get('Model name', '?')} ({m.get('cpus')} CPUs, "
+             f"torch threads {p['env']['threads']}, torch {p['env']['torch']}, transformers "
+             f"{p['env'].get('transformers')}, TRL {p['env'].get('trl')}). Other busy processes at start: "
+             f"{len(res['busy_at_start'])}, at end: {len(res['busy_at_end'])}; load average at start "
+             f"{m.get('loadavg_at_start')}.", "",
+             f"Machine peaks: fp32 matmul {fmt(p['peak_matmul_gflops'], 1)} GFLOP/s (best of "
+             f"{', '.join(k[2:-7] for k in p if k.startswith('mm') and k.endswith('_gflops'))} square), memory "
+             f"copy {fmt(p['copy_gbps'], 1)} GB/s, read {fmt(p['read_gbps'], 1)} GB/s.", "",
+             "**1. rlvr vs TRL GRPOTrainer** (median over the measured steps; the first step is warm-up)", "",
+             "| model | framework | s/step | rlvr steps/s ÷ TRL | rollout tok/s | train tok/s | peak RSS MB | RSS ÷ TRL "
+             "| train-phase MFU |", "|---|---|---|---|---|---|---|---|---|"]
+    for row in res["e2e"]:
+        st = row["settings"]
+        name = f"{st['model']} ({st['prompts']}x{st['n']}, {st['max_new_tokens']} new, {st['steps']} steps)"
+        for fw, r in [(f"rlvr, engine {e}", r) for e, r in row["rlvr"].items()] + [("TRL", row.get("trl", {}))]:
+            if "error" in r:
+                lines.append(f"| {name} | {fw} | failed | | | | | | |")
+                continue
+            lines.append(f"| {name} | {fw} | {fmt(r['step_s'])} | {fmt(r.get('steps_per_s_vs_trl'))} | "
+                         f"{fmt(r['rollout_tokens_per_s'], 0)} | {fmt(r['train_tokens_per_s'], 0)} | "
+                         f"{fmt(r['peak_rss_mb'], 0)} | {fmt(r.get('peak_rss_vs_trl'))} | "
+                         f"{fmt(100 * r['train_mfu'], 1) + '%' if r.get('train_mfu') else '-'} |")
+    lines += ["", "**2. Rollout tokens/s** at equal batch, length and sampling (T=1, no top-p/k; best of the "
+              "repetitions)", "", "| model | rows x max new | engine | tok/s | ÷ generate |", "|---|---|---|---|---|"]
+    for g in res["generation"]:
+        st = g["settings"]
+        for name, e in g["engines"].items():
+            lines.append(f"| {st['model']} | {g['rows']} x {st['max_new_tokens']} | {name} | "
+                         f"{fmt(e['tokens_per_s'], 0)} | {fmt(e['vs_generate'])} |")
+        if g.get("compile_s"):
+            lines.append(f"| {st['model']} | | (compile time {fmt(g['compile_s'], 1)} s; compiled greedy = eager: "
+                         f"{g.get('compiled_greedy_equals_eager')}) | | |")
+    lines += ["", "**3. Learner**: one update; FLOPs = 6 x params x non-padding tokens; MFU = FLOP/s ÷ matmul peak",
+              "", "| model | variant | update s | GFLOP/s | MFU | padding | micro-batches | peak extra RSS MB "
+              "| optimizer step s |", "|---|---|---|---|---|---|---|---|---|"]
+    for block in res["learner"]:
+        st = block["settings"]
+        for name, r in block["variants"].items():
+            plan = r["plan"]
+            lines.append(f"| {st['model']} ({r['rows']} rows, {r['tokens']} tokens) | {name} | "
+                         f"{fmt(r['update_s'], 3)} | {fmt(r['achieved_gflops'], 1)} | {fmt(100 * r['mfu'], 1)}% | "
+                         f"{fmt(100 * plan['padding_frac'], 1)}% | {int(plan['micro_batches'])} | "
+                         f"{fmt(r['update_peak_extra_rss_mb'], 0)} | {fmt(r['optimizer_step_s'], 3)} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="tiny settings: checks that everything runs")
@@ -236,6 +286,7 @@ def main() -> None:
     out = args.out or HERE / "results" / f"{started:%Y-%m-%d-%H%M}{'-quick' if args.quick else ''}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=2) + "\n")
+    out.with_suffix(".md").write_text(markdown(res))
     print_tables(res)
     print(f"\nwrote {out}  ({res['started']} .. {res['finished']})")
 

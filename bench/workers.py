@@ -303,8 +303,9 @@ def _learner_batch(model: Any, tok: Any, args: dict[str, Any]) -> Any:
 def learner(args: dict[str, Any]) -> None:
     """One learner update (GRPO, PPO-clip, old log-probs from the engine) on a fixed batch; variant:
     rows (micro-batches of `micro_rows` rows, the current learner), tokens (token-budget micro-batches from
-    rlvr.trainer.packing, same worst-case size), checkpointing (gradient checkpointing on), full_logits
-    (the learner's log-probs from full [B, T, V] logits instead of the chunked LM head)."""
+    rlvr.trainer.packing, same worst-case size), fused_adamw (torch's fused AdamW kernel), tokens+fused_adamw,
+    checkpointing (gradient checkpointing on), full_logits (the learner's log-probs from full [B, T, V] logits
+    instead of the chunked LM head)."""
     import torch
 
     import rlvr.trainer.learner as learner_mod
@@ -341,8 +342,15 @@ def learner(args: dict[str, Any]) -> None:
 
     if variant == "full_logits":
         learner_mod.forward_tokens = _full_logits_forward_tokens
-    cls = TokenBudgetLearner if variant == "tokens" else Learner
+    cls = TokenBudgetLearner if variant.startswith("tokens") else Learner
     lrn = cls(model, cfg)
+    if variant.endswith("fused_adamw"):  # AdamW's fused kernel (one pass per tensor) instead of the op-by-op loop
+        from rlvr.trainer.optim import build_scheduler
+
+        group = lrn.optimizer.param_groups[0]
+        lrn.optimizer = torch.optim.AdamW(group["params"], lr=group["lr"], betas=group["betas"], eps=group["eps"],
+                                          weight_decay=group["weight_decay"], fused=True)
+        lrn.scheduler = build_scheduler(lrn.optimizer, cfg.optim, lrn.total_optimizer_steps)
     plan = [mb for _, micro in lrn._split(batch) for mb in micro]
     reps = args.get("reps", 2)
     lrn.update(copy.deepcopy(batch))  # warm-up (allocator, optimizer state)

@@ -121,6 +121,7 @@ def make_traces(path: Path, count: int, seed: int) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", type=Path, default=ROOT / "runs/tool_model")
+    ap.add_argument("--init", default="builtin", help="model to start from (default: the built-in model)")
     ap.add_argument("--traces", type=int, default=20_000)
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--batch-size", type=int, default=32)
@@ -135,14 +136,14 @@ def main() -> None:
     data = args.work / "traces.jsonl"
     mix = make_traces(data, args.traces, args.seed)
     print(f"wrote {args.traces} traces to {data}: " + ", ".join(f"{k} {v:.2f}" for k, v in mix.items()), flush=True)
-    cmd = [sys.executable, "-m", "rlvr", "sft", "recipes/sft_builtin.yaml", "model.path=builtin",
+    cmd = [sys.executable, "-m", "rlvr", "sft", "recipes/sft_builtin.yaml", f"model.path={args.init}",
            f"data.path={data}", f"run.dir={args.work / 'sft'}", f"run.seed={args.seed}", "data.max_length=384",
            f"train.steps={args.steps}", f"train.batch_size={args.batch_size}", f"train.micro_batch_size={args.batch_size}",
            f"optim.lr={args.lr}", "optim.warmup_steps=20", "logging.console_every=50"]
     print("$", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True, cwd=ROOT)
     minutes = (time.time() - started) / 60
-    info = {"base": "builtin", "task": f"addition, {DIGITS[0]}-{DIGITS[1]} digits, calculator tool",
+    info = {"base": args.init, "task": f"addition, {DIGITS[0]}-{DIGITS[1]} digits, calculator tool",
             "traces": args.traces, "mix": {k: round(v, 4) for k, v in mix.items()}, "sft_steps": args.steps,
             "batch_size": args.batch_size, "lr": args.lr, "seed": args.seed, "build_minutes": round(minutes, 1)}
     (args.work / "build_info.json").write_text(json.dumps(info, indent=2) + "\n")

@@ -17,6 +17,8 @@ import pydantic
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from rlvr.rollout.agent import AgentConfig
+
 
 class ConfigError(ValueError):
     """A configuration problem. The message names the key, what was expected and what was got."""
@@ -238,6 +240,8 @@ class Config(Strict):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     distributed: DistributedConfig = Field(default_factory=DistributedConfig)
+    agent: AgentConfig | None = Field(None, description="Multi-turn rollouts with tools or an environment "
+                                      "(docs/agents.md); absent: single-turn.")
 
     @model_validator(mode="after")
     def _bind_components(self) -> Config:

@@ -15,7 +15,14 @@ import pytest
 import torch
 
 from rlvr.config import Config, load_config
-from rlvr.rollout import ENVIRONMENTS, AgentConfig, Environment, StepResult, agent_metrics, agent_rollout_groups
+from rlvr.rollout import (
+    ENVIRONMENTS,
+    AgentConfig,
+    Environment,
+    StepResult,
+    agent_metrics,
+    agent_rollout_groups,
+)
 
 PRINTABLE = [chr(c) for c in range(33, 127)]
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import os
 import socket
 import subprocess

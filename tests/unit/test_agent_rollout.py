@@ -14,7 +14,7 @@ from rlvr.rewards import CorrectnessReward, RewardFunction
 from rlvr.rewards.agent import EnvironmentReward
 from rlvr.rewards.shaping import ToolEfficiencyReward
 from rlvr.rollout import AgentConfig, SamplingParams, agent_metrics, agent_rollout_groups
-from rlvr.rollout.env import GuessNumberEnvironment, ToolEnvironment
+from rlvr.rollout.env import ToolEnvironment
 from rlvr.rollout.format import format_tool_call
 from rlvr.rollout.tools import Tool, ToolSet
 from rlvr.rollout.tools.calculator import Calculator
@@ -144,7 +144,10 @@ def test_chat_template_renders_tools_and_tool_messages(chat_tok, task):
 def test_chat_end_of_turn_sampled_by_the_model_is_not_repeated(chat_tok):
     game = build_task("guess_number", {"low": 1, "high": 8, "eval_size": 4})
     turns = iter(["no idea", "<guess>3</guess>"] * 10)
-    policy = (lambda ctx: (next(turns), "eos"))
+
+    def policy(ctx):
+        return next(turns), "eos"
+
     cfg = AgentConfig(environment={"name": "guess_number", "low": 1, "high": 8}, max_turns=2)
     engine = ScriptedEngine(chat_tok, policy)
     groups = agent_rollout_groups(engine, PromptRenderer(game, chat_tok), game, [game.train[0]],

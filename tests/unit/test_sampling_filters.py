@@ -175,7 +175,7 @@ def test_reinforce_ada_balanced_exit_and_global_statistics():
     assert [s.reward for s in by_id["p2"].samples] == [1, 1, 1, 1]
     s1 = by_id["p1"].samples[0].meta
     assert s1["prompt_samples"] == 12 and s1["prompt_positives"] == 2
-    assert s1["prompt_mean_reward"] == pytest.approx(2 / 12)
+    assert s1["prompt_mean_reward"] == pytest.approx(2 / 12) == s1["baseline"]
     assert s1["prompt_std_reward"] == pytest.approx(torch.tensor([1.0] * 2 + [0.0] * 10).std().item())
     assert by_id["p0"].samples[0].meta["prompt_mean_reward"] == 0.5
     assert m["prompts_finished"] == 2 and m["prompts_unfinished"] == 1

@@ -32,8 +32,12 @@ def evaluate(
     *,
     prompts_per_call: int = 64,
     on_progress: Callable[[int, int], None] | None = None,
+    generate: Callable[[Sequence[TaskRecord], SamplingParams], list] | None = None,
 ) -> dict[str, Any]:
-    """Sample `params.n` answers per record, verify them, and summarise. Nothing here trains."""
+    """Sample `params.n` answers per record, verify them, and summarise. Nothing here trains.
+
+    `generate(records, params)` makes the unrewarded groups (default: single-turn `rollout_groups`; an agent
+    run passes its multi-turn rollout)."""
     if any(k > params.n for k in ks):
         raise ValueError(f"every k must be <= n={params.n}; got {list(ks)}")
     verify = RewardFunction([("correctness", 1.0, CorrectnessReward())])
@@ -42,7 +46,7 @@ def evaluate(
     started = time.perf_counter()
     for start in range(0, len(records), prompts_per_call):
         chunk = list(records[start : start + prompts_per_call])
-        groups = rollout_groups(engine, renderer, chunk, params)
+        groups = generate(chunk, params) if generate else rollout_groups(engine, renderer, chunk, params)
         verify(groups, task)
         for g in groups:
             c = sum(bool(s.correct) for s in g.samples)

@@ -197,7 +197,7 @@ class _Decoder:
                            device=self.device)
 
     def prefill(self, ids: torch.Tensor, lengths: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
-        """Run right-padded prompts ids [B, L] (true lengths [B]); write their KV to cache[:, :, :B, :, :L]. 
+        """Run right-padded prompts ids [B, L] (true lengths [B]); write their KV to cache[:, :, :B, :, :L].
         Returns the last-position logits [B, V] in float32."""
         B, L = ids.shape
         H, K, D = self.num_heads, self.num_kv, self.head_dim

@@ -44,7 +44,9 @@ class ReinforceAdaSampler(BatchSampler):
             available, topped up from the other side (so both signs appear whenever the pool has both)
         each kept sample gets meta["prompt_mean_reward"] = mean reward over the prompt's whole pool,
             meta["prompt_std_reward"] (unbiased), meta["prompt_samples"] = pool size,
-            meta["prompt_positives"] = #{r > threshold} in the pool
+            meta["prompt_positives"] = #{r > threshold} in the pool;
+            meta["baseline"] / meta["baseline_std"] repeat the mean and std under the generic names a
+            per-sample baseline input would read
 
     Prompts that never meet the exit rule in `max_rounds` are kept with the same selection from whatever was
     drawn (the reference's fallback). n is `group_size` or `rollout.n`.
@@ -109,7 +111,7 @@ class ReinforceAdaSampler(BatchSampler):
             chosen = balanced_selection(pos, neg, n)
             for s in chosen:
                 s.meta.update(prompt_mean_reward=mean, prompt_std_reward=std, prompt_samples=len(everything),
-                              prompt_positives=len(pos))
+                              prompt_positives=len(pos), baseline=mean, baseline_std=std)
             batch.append(regroup(first[i], chosen))
         finished = sum(done)
         return batch, sampling_metrics(

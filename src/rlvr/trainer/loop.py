@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from rlvr import faults
-from rlvr.config import Config
+from rlvr.config import Config, ConfigError
 from rlvr.distributed import data_parallel as dp
 from rlvr.eval import evaluate, write_results
 from rlvr.eval.report import write_report
@@ -36,7 +36,14 @@ from rlvr.models import (
     resolve_model_path,
 )
 from rlvr.rewards import RewardContext, RewardFunction
-from rlvr.rollout import ENGINES, SamplingParams, rollout_groups
+from rlvr.rollout import (
+    ENGINES,
+    SamplingParams,
+    agent_metrics,
+    agent_rollout_groups,
+    build_env_factory,
+    rollout_groups,
+)
 from rlvr.runtime import (
     ProgressReporter,
     StopSignals,
@@ -103,6 +110,10 @@ def train(cfg: Config, *, resume: bool = False, stop_after: int | None = None) -
     check_available = getattr(ENGINES.get(cfg.rollout.engine), "check_available", None)
     if callable(check_available):  # e.g. vllm without a GPU: say so now, not after loading the model
         check_available()
+    if cfg.agent is not None:  # tools fail here on a missing corpus, database or library
+        build_env_factory(cfg.agent).close()
+        if cfg.distributed.mode == "async":
+            raise ConfigError("agent: multi-turn rollouts run synchronously; set distributed.mode=sync")
     if cfg.train.memory_check:
         try:
             check_memory(cfg, device, resolve_dtype(cfg.model.dtype, device))
@@ -141,6 +152,8 @@ class Run:
     params: SamplingParams
     start_step: int = 0
     faults: int = 0  # consecutive steps whose every optimizer step was skipped
+    env_factory: Any = None  # agent runs: one environment per episode, tools built once
+    step: int = 0  # the step being sampled (the agent's turn-budget schedule reads it)
 
     def checkpoint(self, step: int) -> Path:
         if not dp.is_main():  # rank 0 writes; the others wait for it
@@ -169,8 +182,8 @@ class Run:
         return int(getattr(self.engine, "restarts", 0))
 
     def evaluate(self, tag: str) -> dict[str, Any]:
-        result = _evaluate(self.cfg, self.engine, self.renderer, self.task, self.run_dir, tag) if dp.is_main() \
-            else None
+        result = _evaluate(self.cfg, self.engine, self.renderer, self.task, self.run_dir, tag,
+                           generate=self.generate) if dp.is_main() else None
         return dp.broadcast_object(result)
 
     def rollout(self, records: Sequence[TaskRecord], n: int) -> list[Group]:
@@ -179,9 +192,22 @@ class Run:
         if self.reward_fn.needs_paraphrases:  # Co-Reward scores each prompt against its paraphrase
             records = [r for rec in records for r in (rec, self.task.paraphrase(rec)) if r is not None]
         params = self.params if n == self.params.n else replace(self.params, n=n)
-        groups = rollout_groups(self.engine, self.renderer, records, params)
+        if self.cfg.agent is not None:
+            groups = agent_rollout_groups(self.engine, self.renderer, self.task, records, params, self.cfg.agent,
+                                          step=self.step, total_steps=self.cfg.train.steps,
+                                          env_factory=self.env_factory)
+        else:
+            groups = rollout_groups(self.engine, self.renderer, records, params)
         self.reward_fn(groups, self.task)
         return groups
+
+    def generate(self, records: Sequence[TaskRecord], params: SamplingParams) -> list[Group]:
+        """Unrewarded groups for evaluation: multi-turn episodes in an agent run, else single-turn."""
+        if self.cfg.agent is not None:
+            return agent_rollout_groups(self.engine, self.renderer, self.task, records, params, self.cfg.agent,
+                                        step=self.step, total_steps=self.cfg.train.steps,
+                                        env_factory=self.env_factory)
+        return rollout_groups(self.engine, self.renderer, records, params)
 
 
 def _train(cfg: Config, run_dir: Path, resume: bool, stop_after: int | None, task: Any, tokenizer: Any,
@@ -199,6 +225,8 @@ def _train(cfg: Config, run_dir: Path, resume: bool, stop_after: int | None, tas
     finally:
         sink.close()
         run.reward_fn.close()
+        if run.env_factory is not None:
+            run.env_factory.close()
         shutdown = getattr(run.engine, "shutdown", None)
         if callable(shutdown):
             shutdown()
@@ -237,6 +265,7 @@ def _build(cfg: Config, run_dir: Path, resume: bool, task: Any, tokenizer: Any, 
         params=SamplingParams(n=cfg.rollout.n, temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
                               top_k=cfg.rollout.top_k, max_new_tokens=cfg.rollout.max_new_tokens,
                               stop=list(cfg.rollout.stop)),
+        env_factory=build_env_factory(cfg.agent) if cfg.agent is not None else None,
     )
     if checkpoint is not None:
         state = load_trainer_state(checkpoint)
@@ -260,6 +289,7 @@ def _loop(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | None, 
                           completed=run.start_step) as progress:
         for step in range(run.start_step + 1, last_step + 1):
             step_start = time.perf_counter()
+            run.step = step
             groups, sampler_metrics = batches.next(step, last_step)  # rollout + rewards (sampler's choice)
             rollout_s = time.perf_counter() - step_start
             faults.kill_point("rollout", step)
@@ -277,6 +307,8 @@ def _loop(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | None, 
 
             metrics = {**rollout_metrics(groups, reward_fn), **stats,
                        **{k if k.startswith("async/") else f"sampling/{k}": v for k, v in sampler_metrics.items()}}
+            if cfg.agent is not None:
+                metrics.update(agent_metrics(groups))
             if cfg.distributed.backend == "ray":
                 metrics["distributed/rollout_worker_restarts"] = float(run.rollout_restarts)
             metrics.update(rollout_s=rollout_s, train_s=train_s, step_s=time.perf_counter() - step_start,
@@ -396,7 +428,8 @@ def rollout_metrics(groups: list[Group], reward_fn: RewardFunction) -> dict[str,
     return metrics
 
 
-def _evaluate(cfg: Config, engine: Any, renderer: Any, task: Any, run_dir: Path, tag: str) -> dict[str, Any]:
+def _evaluate(cfg: Config, engine: Any, renderer: Any, task: Any, run_dir: Path, tag: str,
+              generate: Any = None) -> dict[str, Any]:
     records = list(task.heldout)[: cfg.eval.size] if cfg.eval.size else list(task.heldout)
     params = SamplingParams(n=cfg.eval.n, temperature=cfg.eval.temperature or cfg.rollout.temperature,
                             top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k,
@@ -404,7 +437,7 @@ def _evaluate(cfg: Config, engine: Any, renderer: Any, task: Any, run_dir: Path,
     rng_state = torch.get_rng_state()
     torch.manual_seed(step_seed(cfg.run.seed, 10**9))  # evals use their own seed; training RNG untouched
     with ProgressReporter(f"eval ({tag})", len(records), cfg.logging.progress) as progress:
-        result = evaluate(engine, renderer, task, records, params, cfg.eval.ks,
+        result = evaluate(engine, renderer, task, records, params, cfg.eval.ks, generate=generate,
                           on_progress=lambda done, total: progress.update(done))
     torch.set_rng_state(rng_state)
     result["tag"] = tag
