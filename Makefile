@@ -9,12 +9,14 @@ RLVR := $(VENV)/bin/rlvr
 TORCH_SPEC ?= torch==2.13.0
 DEMO_DIR ?= runs/demo-$(shell date +%Y%m%d-%H%M%S)
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 
 .PHONY: install demo test bench build-model clean help
 
 help:
 	@echo "make demo         install, then evaluate / GRPO-train / evaluate the built-in model (~10 min on 2 CPUs)"
 	@echo "make test         install, then run the test suite"
+	@echo "make bench        install TRL too, then run bench/run.py (rlvr vs TRL, engines, learner MFU; ~15 min)"
 	@echo "make build-model  rebuild src/rlvr/models/builtin with scripts/build_base_model.py"
 	@echo "make clean        remove .venv and runs/"
 
@@ -34,6 +36,10 @@ demo: install
 
 test: install
 	$(PY) -m pytest -q --durations=15 $(PYTEST_ARGS)
+
+bench: install
+	$(PIP) install --quiet -e ".[test,bench]"
+	$(PY) bench/run.py $(BENCH_ARGS)
 
 build-model: install
 	$(PY) scripts/build_base_model.py
