@@ -53,3 +53,12 @@ def test_recipe_trains_without_nan(recipe, tmp_path):
         for key in ("reward_mean", "pg_loss", "entropy", "grad_norm"):
             assert math.isfinite(m[key]), (recipe.name, m["step"], key, m[key])
         assert m["skipped_optimizer_steps"] == 0
+
+
+def test_the_recipes_table_in_the_docs_is_current():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "recipes_table.py"), "--check"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr

@@ -227,3 +227,18 @@ def test_samplers_load_from_config_with_knobs():
     from rlvr.config import ConfigError
     with pytest.raises(ConfigError, match="max_round"):
         load_config(None, ["sampling={name: dynamic, max_round: 3}"])
+
+
+def test_dynamic_sampling_on_accuracy_ignores_shaping_differences():
+    """All-correct groups whose rewards differ only by a shaping term (e.g. overlong) are dropped with
+    metric accuracy, kept with the default metric reward."""
+    from rlvr.sampling.filters import DynamicSampler
+    from rlvr.types import Group, Sample, TaskRecord
+
+    rec = TaskRecord(id="p", question="q", answer="1")
+    samples = [Sample(prompt_ids=[1], response_ids=[2], reward=r, correct=True) for r in (1.0, 0.8)]
+    group = Group(record=rec, prompt_ids=[1], samples=samples)
+    assert DynamicSampler([rec]).keep(group)
+    assert not DynamicSampler([rec], metric="accuracy").keep(group)
+    samples[1].correct = False
+    assert DynamicSampler([rec], metric="accuracy").keep(group)

@@ -16,7 +16,7 @@ in [low, high].
 from __future__ import annotations
 
 import logging
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -92,7 +92,19 @@ class DynamicSampler(FilteringSampler):
     recipe (verl `recipe/dapo`) errors out at the cap instead of warning.
     """
 
+    def __init__(self, prompts, seed: int = 0, *, metric: Literal["reward", "accuracy"] = "reward",
+                 max_rounds: Annotated[int, Field(ge=1)] = 8,
+                 round_prompts: Annotated[int, Field(ge=1)] | None = None,
+                 fill_with_dropped: bool = False):
+        super().__init__(prompts, seed, max_rounds=max_rounds, round_prompts=round_prompts,
+                         fill_with_dropped=fill_with_dropped)
+        self.metric = metric
+
     def keep(self, group: Group) -> bool:
+        """metric reward: the summed rewards differ; metric accuracy: the verifier's verdicts differ (DAPO's
+        filter on accuracy, which ignores shaping terms such as the overlong punishment)."""
+        if self.metric == "accuracy":
+            return 0.0 < pass_rate(group) < 1.0
         return is_useful(group)
 
 
