@@ -110,6 +110,10 @@ class OptimConfig(Strict):
 
 class TrainConfig(Strict):
     steps: int = Field(100, ge=1, description="RL steps (one rollout batch each).")
+    rollout_token_budget: int | None = Field(
+        None, ge=1, description="Also stop once this many response tokens were sampled, counting groups a "
+        "sampler dropped: compares samplers at equal rollout cost (train.steps stays the cap)."
+    )
     prompts_per_step: int = Field(16, ge=1)
     ppo_epochs: int = Field(1, ge=1, description="Passes over each rollout batch.")
     mini_batches: int = Field(1, ge=1, description="Optimizer steps per pass.")

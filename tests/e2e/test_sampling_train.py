@@ -71,3 +71,26 @@ def test_brorl_many_rollouts_for_one_prompt(tmp_path, tiny_model_dir):
                              "eval.after=false", "checkpoint.every=0", "logging.progress=false"])
     (m,) = read_metrics(train(cfg))
     assert m["response_tokens"] > 0 and math.isfinite(m["grad_norm"]) and math.isfinite(m["pg_loss"])
+
+
+def test_rollout_token_budget_stops_at_equal_cost_and_resumes(tmp_path):
+    """train.rollout_token_budget ends the run (final model, eval) once that many tokens were sampled, counting
+    the groups dynamic sampling dropped; the count survives a resume."""
+    common = [*BUILTIN, "train.steps=50", "train.prompts_per_step=4", "rollout.n=4", "train.mini_batches=1",
+              "eval.before=false", "eval.after=true", "eval.n=2", "eval.ks=[1]", "eval.size=4",
+              "checkpoint.every=1", "logging.progress=false", "sampling={name: dynamic, max_rounds: 3}",
+              "train.rollout_token_budget=1500"]
+    cfg = load_config(None, [*common, f"run.dir={tmp_path / 'run'}"])
+    run_dir = train(cfg)
+    metrics = read_metrics(run_dir)
+    totals = [m["rollout_tokens_total"] for m in metrics]
+    assert totals[-1] >= 1500 > totals[-2] and len(metrics) < 50
+    assert totals == [sum(m["sampling/tokens_generated"] for m in metrics[: i + 1]) for i in range(len(metrics))]
+    assert (run_dir / "final" / "model.safetensors").is_file() and (run_dir / "eval_after.json").is_file()
+
+    # resume from a middle step: the spent count continues, so the run ends at the same step
+    half = tmp_path / "half"
+    cfg = load_config(None, [*common, f"run.dir={half}"])
+    train(cfg, stop_after=2)
+    resumed = read_metrics(train(load_config(None, [*common, f"run.dir={half}"]), resume=True))
+    assert [m["rollout_tokens_total"] for m in resumed] == totals

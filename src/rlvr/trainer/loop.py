@@ -152,6 +152,7 @@ class Run:
     params: SamplingParams
     start_step: int = 0
     faults: int = 0  # consecutive steps whose every optimizer step was skipped
+    tokens_spent: int = 0  # response tokens sampled so far, kept or dropped (train.rollout_token_budget)
     env_factory: Any = None  # agent runs: one environment per episode, tools built once
     step: int = 0  # the step being sampled (the agent's turn-budget schedule reads it)
 
@@ -159,7 +160,8 @@ class Run:
         if not dp.is_main():  # rank 0 writes; the others wait for it
             dp.barrier()
             return checkpoint_dir(self.run_dir, step)
-        state = {"learner": self.learner.state_dict(), "sampler": self.sampler.state_dict(), "faults": self.faults}
+        state = {"learner": self.learner.state_dict(), "sampler": self.sampler.state_dict(), "faults": self.faults,
+                 "tokens_spent": self.tokens_spent}
         try:
             path = self._save(step, state)
         finally:
@@ -273,6 +275,7 @@ def _build(cfg: Config, run_dir: Path, resume: bool, task: Any, tokenizer: Any, 
         run.sampler.load_state_dict(state["sampler"])
         set_rng_state(state["rng"])
         run.start_step, run.faults = int(state["step"]), int(state.get("faults", 0))
+        run.tokens_spent = int(state.get("tokens_spent", 0))
         console.print(f"Resuming {run_dir} from step {run.start_step} ({checkpoint.name})")
     elif resume:
         console.print(f"No complete checkpoint in {run_dir}; starting it from step 0")
@@ -285,6 +288,7 @@ def _loop(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | None, 
     before = run.evaluate("before") if cfg.eval.before and run.start_step == 0 else None
     last_step = cfg.train.steps if stop_after is None else min(cfg.train.steps, stop_after)
     batches = AsyncBatches(run) if cfg.distributed.mode == "async" else SyncBatches(run)
+    budget, budget_done = cfg.train.rollout_token_budget, False
     with ProgressReporter("train", cfg.train.steps, cfg.logging.progress and dp.is_main(),
                           completed=run.start_step) as progress:
         for step in range(run.start_step + 1, last_step + 1):
@@ -315,6 +319,12 @@ def _loop(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | None, 
                            rollout_tokens_per_s=metrics["response_tokens"] / max(rollout_s, 1e-9),
                            train_tokens_per_s=stats["train_tokens"] / max(train_s, 1e-9))
             metrics = dp.mean_metrics(metrics)  # over data-parallel ranks (one rank: unchanged)
+            # every sampled token counts, including groups a sampler dropped (summed over ranks)
+            run.tokens_spent += int(dp.sum_floats(sampler_metrics.get("tokens_generated",
+                                                                       float(sum(len(s.response_ids) for g in groups
+                                                                                 for s in g.samples))))[0])
+            metrics["rollout_tokens_total"] = float(run.tokens_spent)
+            budget_done = budget is not None and run.tokens_spent >= budget
             run.faults = run.faults + 1 if math.isnan(stats["grad_norm"]) else 0  # all optimizer steps skipped
             if cfg.eval.every and step % cfg.eval.every == 0 and step < cfg.train.steps:
                 metrics.update({f"eval/{k}": v for k, v in _eval_summary(run.evaluate(f"step_{step:06d}")).items()})
@@ -333,7 +343,8 @@ def _loop(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | None, 
                     f"{run.faults} consecutive steps had a non-finite loss or gradient and were skipped; "
                     f"stopping. Checkpoint: {path}. Lower optim.lr or check the rewards for NaN"
                 )
-            saved = (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or step == cfg.train.steps
+            saved = (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or step == cfg.train.steps \
+                or budget_done
             if saved:
                 run.checkpoint(step)
             if dp.sum_floats(float(signals.received is not None))[0] > 0:  # any rank was signalled
@@ -342,7 +353,11 @@ def _loop(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | None, 
                 if not saved:
                     run.checkpoint(step)
                 raise TrainingInterrupted(signals.received, step, run.run_dir)
-    if last_step < cfg.train.steps:  # stopped early on request: leave a checkpoint to resume from
+            if budget_done:
+                console.print(f"Rollout token budget reached at step {step}: {run.tokens_spent} tokens sampled "
+                              f"(train.rollout_token_budget={budget})")
+                break
+    if last_step < cfg.train.steps and not budget_done:  # stopped early on request: leave a checkpoint to resume from
         if not (cfg.checkpoint.every and last_step % cfg.checkpoint.every == 0):
             run.checkpoint(last_step)
         return run.run_dir
