@@ -26,6 +26,7 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,13 +53,22 @@ FULL = {
     ],
 }
 
+# Synchronous vs asynchronous training (issue: scale-out): the same wall time each, 2 Ray rollout workers.
+ASYNC_FULL = {"prompts": 16, "n": 8, "workers": 2, "num_cpus": 2, "seconds": 120, "max_steps": 400, "eval_size": 200,
+              "seed": 0, "staleness": [None, 1, 2]}
+ASYNC_QUICK = {"prompts": 2, "n": 2, "workers": 2, "num_cpus": 2, "seconds": 5, "max_steps": 3, "eval_size": 4,
+               "seed": 0, "staleness": [None, 1]}
+FULL["async"] = [ASYNC_FULL]
+
 QUICK = {
     "e2e": [{"model": "builtin", "prompts": 2, "n": 2, "max_new_tokens": 8, "lr": 1e-4, "steps": 1,
              "rlvr_engines": ["fast"]}],
     "generation": [{"model": "builtin", "prompts": 2, "n": 2, "max_new_tokens": 8, "reps": 1, "compile": False}],
     "learner": [{"model": "builtin", "prompts": 2, "n": 2, "max_new_tokens": 8, "micro_rows": 2, "reps": 1,
                  "variants": ["rows", "tokens"]}],
+    "async": [ASYNC_QUICK],
 }
+SECTIONS = ("e2e", "generation", "learner", "async")
 
 
 def machine() -> dict[str, Any]:
@@ -114,9 +124,10 @@ def call(worker: str, args: dict[str, Any], timeout: int = 900) -> dict[str, Any
     raise RuntimeError(f"{label} failed (exit {proc.returncode}):\n{tail}")
 
 
-def run_all(plan: dict[str, Any]) -> dict[str, Any]:
+def run_all(plan: dict[str, Any], sections: Sequence[str] = SECTIONS) -> dict[str, Any]:
     results: dict[str, Any] = {"peak": call("peak", {})}
     peak_flops = results["peak"]["peak_matmul_gflops"] * 1e9
+    plan = {k: (v if k in sections else []) for k, v in plan.items()}
     results["e2e"] = []
     for spec in plan["e2e"]:
         base = {k: v for k, v in spec.items() if k != "rlvr_engines"}
@@ -151,6 +162,16 @@ def run_all(plan: dict[str, Any]) -> dict[str, Any]:
             r["mfu"] = r["achieved_gflops"] * 1e9 / peak_flops
             per_variant[variant] = r
         results["learner"].append({"settings": spec, "variants": per_variant})
+    results["async"] = []
+    for spec in plan.get("async", []):
+        modes = {}
+        for k in spec["staleness"]:
+            name = "sync" if k is None else f"async k={k}"
+            try:
+                modes[name] = call("rlvr_async", {**spec, "staleness": k}, timeout=1800)
+            except (RuntimeError, subprocess.TimeoutExpired) as err:
+                modes[name] = {"error": str(err)[-1500:]}
+        results["async"].append({"settings": spec, "modes": modes})
     for row in results["e2e"]:  # MFU of the end-to-end learner phase (train tokens/s * 6N)
         params = next((g["params"] for g in results["generation"] if g["settings"]["model"] == row["settings"]["model"]),
                       None)
@@ -209,6 +230,18 @@ def print_tables(res: dict[str, Any]) -> None:
                   f"MFU {fmt(100 * r['mfu'], 1):>5}%  padding {fmt(100 * plan['padding_frac'], 1):>5}% "
                   f"({int(plan['micro_batches'])} mb)  peak extra RSS {fmt(r['update_peak_extra_rss_mb'], 0)} MB  "
                   f"optimizer step {fmt(r['optimizer_step_s'], 3)} s")
+    if res.get("async"):
+        print("\n4. Synchronous vs asynchronous training: equal wall time, 2 Ray rollout workers")
+        for block in res["async"]:
+            for name, r in block["modes"].items():
+                if "error" in r:
+                    print(f"    {name:12} failed: {r['error'][:80]}")
+                    continue
+                idle = r["rollout_idle_frac"]
+                print(f"    {name:12} {r['steps']:4d} steps  {fmt(r['samples_per_s'], 1):>6} samples/s  learner idle "
+                      f"{fmt(100 * r['learner_idle_frac'], 0)}%  workers idle "
+                      f"{fmt(100 * idle, 0) + '%' if idle is not None else '-'}  staleness <= "
+                      f"{r['max_staleness_seen']}  held-out pass@1 {fmt(100 * r['pass@1_after'], 1)}%")
 
 
 def markdown(res: dict[str, Any]) -> str:
@@ -257,6 +290,19 @@ def markdown(res: dict[str, Any]) -> str:
                          f"{fmt(r['update_s'], 3)} | {fmt(r['achieved_gflops'], 1)} | {fmt(100 * r['mfu'], 1)}% | "
                          f"{fmt(100 * plan['padding_frac'], 1)}% | {int(plan['micro_batches'])} | "
                          f"{fmt(r['update_peak_extra_rss_mb'], 0)} | {fmt(r['optimizer_step_s'], 3)} |")
+    if res.get("async"):
+        lines += ["", "**4. Synchronous vs asynchronous training** (2 Ray rollout workers, equal wall time, then the "
+                  "held-out eval)", "", "| mode | steps | samples/s | learner idle | rollout-worker idle | max staleness "
+                  "| held-out pass@1 |", "|---|---|---|---|---|---|---|"]
+        for block in res["async"]:
+            for name, r in block["modes"].items():
+                if "error" in r:
+                    lines.append(f"| {name} | failed | | | | | |")
+                    continue
+                lines.append(f"| {name} | {r['steps']} | {fmt(r['samples_per_s'], 1)} | "
+                             f"{fmt(100 * r['learner_idle_frac'], 0)}% | "
+                             f"{fmt(100 * r['rollout_idle_frac'], 0) + '%' if r['rollout_idle_frac'] is not None else '-'}"
+                             f" | {r['max_staleness_seen']} | {fmt(100 * r['pass@1_after'], 1)}% |")
     return "\n".join(lines) + "\n"
 
 
@@ -264,6 +310,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="tiny settings: checks that everything runs")
     ap.add_argument("--out", type=Path, default=None, help="result JSON (default bench/results/<date>.json)")
+    ap.add_argument("--sections", default=",".join(SECTIONS),
+                    help=f"comma-separated subset of {', '.join(SECTIONS)} (default: all)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--args", default="{}", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -280,7 +328,12 @@ def main() -> None:
     started = dt.datetime.now()
     res = {"started": started.isoformat(timespec="seconds"), "machine": machine(), "busy_at_start": busy,
            "quick": args.quick}
-    res.update(run_all(QUICK if args.quick else FULL))
+    sections = [x.strip() for x in args.sections.split(",") if x.strip()]
+    unknown = sorted(set(sections) - set(SECTIONS))
+    if unknown:
+        ap.error(f"--sections: unknown {unknown}; choose from {', '.join(SECTIONS)}")
+    res["sections"] = sections
+    res.update(run_all(QUICK if args.quick else FULL, sections))
     res["finished"] = dt.datetime.now().isoformat(timespec="seconds")
     res["busy_at_end"] = other_heavy_processes()
     out = args.out or HERE / "results" / f"{started:%Y-%m-%d-%H%M}{'-quick' if args.quick else ''}.json"

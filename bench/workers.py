@@ -107,6 +107,50 @@ def _summarise_steps(steps: list[dict[str, Any]], **extra: Any) -> dict[str, Any
     return out
 
 
+# -- synchronous vs asynchronous training (Ray rollout workers) ------------------------------------------------
+
+
+def rlvr_async(args: dict[str, Any]) -> None:
+    """recipes/grpo.yaml with two Ray rollout workers, synchronous or asynchronous with max_staleness k, for an
+    equal wall time (`train.max_time_s`), then the held-out evaluation. Reports samples/s over the whole
+    training, the learner's idle (waiting-for-rollouts) fraction, the rollout workers' idle fraction, steps
+    done and held-out pass@1 after training."""
+    import json as _json
+
+    import rlvr.trainer.loop as loop
+    from rlvr.config import load_config
+    from rlvr.tracking import read_metrics
+
+    loop.save_checkpoint = lambda *a, **k: None
+    loop.write_report = lambda *a, **k: None
+    mode = ["distributed.mode=sync"] if args["staleness"] is None else \
+        ["distributed.mode=async", f"distributed.max_staleness={args['staleness']}"]
+    with tempfile.TemporaryDirectory(prefix="rlvr-bench-") as tmp:
+        cfg = load_config(ROOT / "recipes" / "grpo.yaml", [
+            "distributed.backend=ray", f"distributed.num_cpus={args['num_cpus']}",
+            f"distributed.rollout_workers={args['workers']}", *mode,
+            f"train.steps={args['max_steps']}", f"train.max_time_s={args['seconds']}",
+            f"train.prompts_per_step={args['prompts']}", f"rollout.n={args['n']}", "eval.before=false",
+            "eval.after=true", f"eval.size={args['eval_size']}", "logging.progress=false", "logging.rollouts_every=0",
+            "checkpoint.every=0", f"run.dir={tmp}/run", "logging.console_every=1000", f"run.seed={args['seed']}",
+        ])
+        start = time.perf_counter()
+        loop.train(cfg)
+        wall = time.perf_counter() - start
+        metrics = read_metrics(Path(tmp) / "run")
+        after = _json.loads((Path(tmp) / "run" / "eval_after.json").read_text())
+    train_s = sum(m["step_s"] for m in metrics)
+    samples = sum(args["prompts"] * args["n"] - m.get("async/dropped_samples", 0.0) for m in metrics)
+    waited = sum(m.get("async/learner_wait_s", m["rollout_s"]) for m in metrics)
+    emit({"steps": len(metrics), "train_wall_s": train_s, "wall_s": wall, "samples_per_s": samples / train_s,
+          "learner_idle_frac": waited / train_s,
+          "rollout_idle_frac": statistics.mean(m["async/rollout_idle_frac"] for m in metrics)
+          if "async/rollout_idle_frac" in metrics[0] else None,
+          "max_staleness_seen": max((int(k.rsplit("_", 1)[1]) for m in metrics for k in m
+                                     if k.startswith("async/staleness_")), default=0),
+          "pass@1_after": after["pass@k"]["1"], "reward_last5": statistics.mean(m["reward_mean"] for m in metrics[-5:])})
+
+
 # -- end-to-end training: TRL ----------------------------------------------------------------------------------
 
 
@@ -396,7 +440,7 @@ def _full_logits_forward_tokens(model: Any, input_ids: Any, attention_mask: Any,
 
 
 WORKERS = {"peak": peak, "rlvr_train": rlvr_train, "trl_train": trl_train, "generation": generation,
-           "learner": learner}
+           "learner": learner, "rlvr_async": rlvr_async}
 
 
 def run_worker(name: str, args_json: str) -> None:

@@ -114,6 +114,10 @@ class TrainConfig(Strict):
         None, ge=1, description="Also stop once this many response tokens were sampled, counting groups a "
         "sampler dropped: compares samplers at equal rollout cost (train.steps stays the cap)."
     )
+    max_time_s: float | None = Field(
+        None, gt=0, description="Also stop after this many seconds of training in this invocation (a wall-time "
+        "budget; the step in progress finishes, then the run ends normally)."
+    )
     prompts_per_step: int = Field(16, ge=1)
     ppo_epochs: int = Field(1, ge=1, description="Passes over each rollout batch.")
     mini_batches: int = Field(1, ge=1, description="Optimizer steps per pass.")

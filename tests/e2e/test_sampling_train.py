@@ -94,3 +94,13 @@ def test_rollout_token_budget_stops_at_equal_cost_and_resumes(tmp_path):
     train(cfg, stop_after=2)
     resumed = read_metrics(train(load_config(None, [*common, f"run.dir={half}"]), resume=True))
     assert [m["rollout_tokens_total"] for m in resumed] == totals
+
+
+def test_max_time_ends_the_run_normally(tmp_path):
+    cfg = load_config(None, [*BUILTIN, f"run.dir={tmp_path / 'run'}", "train.steps=1000", "train.max_time_s=0.001",
+                             "train.prompts_per_step=2", "rollout.n=2", "eval.before=false", "eval.after=false",
+                             "checkpoint.every=0", "logging.progress=false"])
+    run_dir = train(cfg)
+    assert len(read_metrics(run_dir)) == 1
+    assert (run_dir / "final" / "model.safetensors").is_file()
+    assert (run_dir / "checkpoints").is_dir()

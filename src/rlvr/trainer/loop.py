@@ -289,6 +289,7 @@ def _loop(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | None, 
     last_step = cfg.train.steps if stop_after is None else min(cfg.train.steps, stop_after)
     batches = AsyncBatches(run) if cfg.distributed.mode == "async" else SyncBatches(run)
     budget, budget_done = cfg.train.rollout_token_budget, False
+    loop_start = time.perf_counter()
     with ProgressReporter("train", cfg.train.steps, cfg.logging.progress and dp.is_main(),
                           completed=run.start_step) as progress:
         for step in range(run.start_step + 1, last_step + 1):
@@ -324,7 +325,9 @@ def _loop(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | None, 
                                                                        float(sum(len(s.response_ids) for g in groups
                                                                                  for s in g.samples))))[0])
             metrics["rollout_tokens_total"] = float(run.tokens_spent)
-            budget_done = budget is not None and run.tokens_spent >= budget
+            out_of_time = cfg.train.max_time_s is not None and \
+                dp.sum_floats(float(time.perf_counter() - loop_start >= cfg.train.max_time_s))[0] > 0
+            budget_done = (budget is not None and run.tokens_spent >= budget) or out_of_time
             run.faults = run.faults + 1 if math.isnan(stats["grad_norm"]) else 0  # all optimizer steps skipped
             if cfg.eval.every and step % cfg.eval.every == 0 and step < cfg.train.steps:
                 metrics.update({f"eval/{k}": v for k, v in _eval_summary(run.evaluate(f"step_{step:06d}")).items()})
@@ -354,8 +357,9 @@ def _loop(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | None, 
                     run.checkpoint(step)
                 raise TrainingInterrupted(signals.received, step, run.run_dir)
             if budget_done:
-                console.print(f"Rollout token budget reached at step {step}: {run.tokens_spent} tokens sampled "
-                              f"(train.rollout_token_budget={budget})")
+                why = f"train.max_time_s={cfg.train.max_time_s}" if out_of_time else \
+                    f"train.rollout_token_budget={budget}"
+                console.print(f"Budget reached at step {step} ({why}): {run.tokens_spent} tokens sampled")
                 break
     if last_step < cfg.train.steps and not budget_done:  # stopped early on request: leave a checkpoint to resume from
         if not (cfg.checkpoint.every and last_step % cfg.checkpoint.every == 0):
