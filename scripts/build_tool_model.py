@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Build a tool-using version of the built-in model for the agent demo (recipes/agent_calculator.yaml).
 
-    python scripts/build_tool_model.py              # a few minutes on 2 CPU cores
+    python scripts/build_tool_model.py              # about 18 minutes on 2 idle CPU cores
 
 1. Synthetic traces for large additions (the `addition` task with 5-8 digit operands, training split): the
    prompt is the task's plain prompt `a+b=`, the completion a whole episode in the agent format, e.g.
@@ -123,9 +123,9 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=ROOT / "runs/tool_model")
     ap.add_argument("--init", default="builtin", help="model to start from (default: the built-in model)")
     ap.add_argument("--traces", type=int, default=20_000)
-    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--steps", type=int, default=1200)
     ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 

@@ -162,6 +162,37 @@ def test_luffy_shaping_gradient_amplifies_low_probability_tokens():
     assert expected[0] / -0.01 == pytest.approx(0.1 / 0.11 ** 2)
 
 
+def test_rl_plus_loss_hand_computed():
+    logp = torch.log(torch.tensor([[0.5, 0.2], [0.1, 0.9]]))
+    old = torch.log(torch.tensor([[0.4, 0.2], [0.2, 0.6]]))  # row 1: external tokens, old policy's log-probs
+    adv = torch.tensor([[1.0, 1.0], [2.0, -1.0]])
+    mask = torch.ones(2, 2)
+    off = torch.tensor([False, True])
+    loss, diag = LOSSES.bind("rl_plus", {})(logp, old, adv, mask, off)
+    assert loss[0].tolist() == pytest.approx([-1.2, -1.0])  # PPO-clip as usual
+    # w = p / (0.5 q + 0.5 (q + 1) / 2) = p / (0.75 q + 0.25); explore = (1 - p) ** 0.5
+    w = [0.1 / (0.75 * 0.2 + 0.25), 0.9 / (0.75 * 0.6 + 0.25)]
+    expected = [-w[0] * 2.0 * 0.9 ** 0.5, -w[1] * -1.0 * 0.1 ** 0.5]
+    assert loss[1].tolist() == pytest.approx(expected, rel=1e-6)
+    assert diag["ratio"][1].tolist() == pytest.approx(w, rel=1e-6)
+    capped, _ = LOSSES.bind("rl_plus", {"max_ratio": 1.0, "exploration_gamma": 0.0})(logp, old, adv, mask, off)
+    assert capped[1].tolist() == pytest.approx([-2.0 * w[0], 1.0 * min(w[1], 1.0)], rel=1e-6)
+    # the weight stays bounded where the plain ratio p / q would explode
+    tiny = torch.log(torch.tensor([[1e-6]]))
+    lo, diag = LOSSES.bind("rl_plus", {})(torch.log(torch.tensor([[0.5]])), tiny, torch.ones(1, 1),
+                                          torch.ones(1, 1), torch.tensor([True]))
+    assert diag["ratio"].item() == pytest.approx(0.5 / (0.75e-6 + 0.25), rel=1e-4)
+
+
+def test_rl_plus_exploration_factor_is_not_differentiated():
+    logp = torch.log(torch.tensor([[0.3]])).requires_grad_(True)
+    old = torch.log(torch.tensor([[0.3]]))
+    loss, _ = LOSSES.bind("rl_plus", {})(logp, old, torch.ones(1, 1), torch.ones(1, 1), torch.tensor([True]))
+    loss.sum().backward()
+    # d/dlogp of -(p / c) * sg[(1 - p)^0.5] = -(p / c) * (1 - p)^0.5, c = 0.75 * 0.3 + 0.25
+    assert logp.grad.item() == pytest.approx(-(0.3 / (0.75 * 0.3 + 0.25)) * 0.7 ** 0.5, rel=1e-5)
+
+
 def test_sft_mix_loss_adaptive_coefficient():
     logp = torch.log(torch.tensor([[0.5, 0.5], [math.exp(-1.0), math.exp(-3.0)]]))
     old = logp.clone()

@@ -78,6 +78,61 @@ def luffy_loss(
                   "off_policy_prob": (prob * off).detach()}
 
 
+@LOSSES.register("rl_plus")
+def rl_plus_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    off_policy: torch.Tensor,
+    *,
+    exploration_gamma: Annotated[float, Field(ge=0.0)] = 0.5,
+    max_ratio: Annotated[float, Field(gt=0.0)] | None = None,
+    clip_low: Annotated[float, Field(ge=0.0, le=1.0)] = 0.2,
+    clip_high: Annotated[float, Field(ge=0.0)] = 0.2,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    r"""RL-PLUS: multiple importance sampling and an exploration-based advantage on external (off-policy) data.
+
+        on-policy token:   L_t = -min(r_t A_t, clip(r_t, 1 - eps_low, 1 + eps_high) A_t)
+        off-policy token:  L_t = -w_t A_t (1 - sg[pi(a_t)])^gamma
+                           w_t = pi(a_t) / (1/2 pi_old(a_t) + 1/2 omega_t),   omega_t = (pi_old(a_t) + 1) / 2
+                           (w_t capped at `max_ratio` when given)
+
+    The external data's behaviour policy is unknown; multiple importance sampling weighs the token under a
+    mixture of the old policy and an estimate omega of the external policy (itself the old policy mixed with
+    a deterministic one, probability 1 on the given token), which keeps w bounded (w <= 4/3 pi / (pi_old +
+    1/3)) where the plain ratio pi / pi_old would explode on tokens the policy finds unlikely. The factor
+    (1 - pi)^gamma is the exploration-based advantage: tokens the policy already finds likely teach little,
+    hard-to-reach tokens get the full advantage. `old_logprobs` must be the old policy's log-probs on the
+    external tokens (train.recompute_old_logprobs: true; a guidance sample's behaviour log-probs are 0).
+
+    Source: Dong et al., "RL-PLUS: Countering Capability Boundary Collapse of LLMs in Reinforcement Learning
+    with Hybrid-policy Optimization", arXiv:2508.00222 (multiple importance sampling, section 3.1;
+    exploration-based advantage function, section 3.2). Checked against the authors' code,
+    github.com/YihongDong/RL-PLUS `rlplus_core_alg.py` (off_policy_strategy "RL-PLUS": the same mixture and
+    exponent 0.5). Differences: their advantages normalize with the on-policy samples' group statistics only;
+    here the advantage estimator chosen in the recipe sees the whole mixed group (as for `luffy`).
+
+    Diagnostics: `clipped` (on-policy), `ratio` (r_t on on-policy tokens, w_t on off-policy ones),
+    `off_policy_prob` (pi(a_t) on off-policy tokens, 0 elsewhere).
+    """
+    on_loss, was_clipped, ratio = _on_policy_surrogate(logprobs, old_logprobs, advantages, clip_low, clip_high,
+                                                       True)
+    prob = torch.exp(logprobs.clamp(max=0.0))
+    old_prob = torch.exp(old_logprobs.clamp(max=0.0))
+    omega = 0.5 * (old_prob + 1.0)
+    weight = prob / (0.5 * old_prob + 0.5 * omega)
+    if max_ratio is not None:
+        weight = weight.clamp(max=max_ratio)
+    explore = (1.0 - prob.detach()).clamp(min=0.0) ** exploration_gamma
+    off_loss = -weight * advantages * explore
+    off = _rows(off_policy, logprobs)
+    loss = off * off_loss + (1.0 - off) * on_loss
+    return loss, {"clipped": was_clipped.to(logprobs.dtype) * (1.0 - off),
+                  "ratio": torch.where(off > 0, weight, ratio).detach(),
+                  "off_policy_prob": (prob * off).detach()}
+
+
 def adaptive_sft_coef(logprobs: torch.Tensor, mask: torch.Tensor, off_policy: torch.Tensor, coef: float,
                       scale: float) -> torch.Tensor:
     r"""lambda = coef * d / (d + scale), d = sg(mean NLL of the off-policy tokens given) (0 if there are none)."""
