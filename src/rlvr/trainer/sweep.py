@@ -112,7 +112,10 @@ def _run_stats(run_dir: Path) -> dict[str, float]:
         "final_pass@1": after["pass@k"]["1"],
         "best_pass@1": max(evals),
         "final_entropy": metrics[-1].get("entropy", float("nan")),
-        "rollout_tokens": sum(m.get("response_tokens", 0.0) for m in metrics),
+        "steps": float(len(metrics)),
+        # every sampled token, including groups a sampler dropped (older runs: the trained responses only)
+        "rollout_tokens": metrics[-1].get("rollout_tokens_total",
+                                          sum(m.get("response_tokens", 0.0) for m in metrics)),
         "train_tokens": sum(m.get("train_tokens", 0.0) for m in metrics),
         "wall_s": sum(m.get("step_s", 0.0) for m in metrics),
     }
