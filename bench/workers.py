@@ -356,7 +356,7 @@ def learner(args: dict[str, Any]) -> None:
     from rlvr.config import Config
     from rlvr.models import load_causal_lm, load_tokenizer
     from rlvr.trainer.learner import Learner
-    from rlvr.trainer.packing import group_token_micro_batches, padding_report, row_lengths
+    from rlvr.trainer.packing import padding_report, row_lengths
 
     variant = args["variant"]
     path = model_dir(args["model"])
@@ -373,21 +373,12 @@ def learner(args: dict[str, Any]) -> None:
     lengths = row_lengths(batch.attention_mask)
     budget = rows * int(lengths.max())
 
-    class TokenBudgetLearner(Learner):
-        def _split(self, b: Any) -> Any:
-            group_ids = b.group_ids.cpu()
-            order = torch.randperm(int(group_ids.max()) + 1, generator=self.generator)
-            out = []
-            for groups in torch.tensor_split(order, self.cfg.train.mini_batches):
-                sel = torch.cat([torch.nonzero(group_ids == g).squeeze(1) for g in groups.tolist()])
-                micro = group_token_micro_batches(sel, group_ids, lengths, budget, None)
-                out.append((torch.cat(micro), micro))
-            return out
+    if variant.startswith("tokens"):  # token-budget micro-batches: the same worst-case size as `rows`
+        cfg.train.micro_batch_tokens = budget
 
     if variant == "full_logits":
         learner_mod.forward_tokens = _full_logits_forward_tokens
-    cls = TokenBudgetLearner if variant.startswith("tokens") else Learner
-    lrn = cls(model, cfg)
+    lrn = Learner(model, cfg)
     if variant.endswith("fused_adamw"):  # AdamW's fused kernel (one pass per tensor) instead of the op-by-op loop
         from rlvr.trainer.optim import build_scheduler
 

@@ -122,6 +122,10 @@ class TrainConfig(Strict):
     ppo_epochs: int = Field(1, ge=1, description="Passes over each rollout batch.")
     mini_batches: int = Field(1, ge=1, description="Optimizer steps per pass.")
     micro_batch_size: int = Field(64, ge=1, description="Sequences per forward/backward (grad accumulation).")
+    micro_batch_tokens: int | None = Field(
+        None, ge=1, description="Cut micro-batches by padded tokens (rows x longest row) instead, groups sorted "
+        "by length: less compute on padding; micro_batch_size still caps the rows."
+    )
     recompute_old_logprobs: bool = Field(
         False, description="Recompute old log-probs with a learner forward instead of using the engine's."
     )

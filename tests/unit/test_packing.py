@@ -60,27 +60,6 @@ def test_sorting_by_length_cuts_padding_versus_row_count_split():
     assert sorted(torch.cat(rows_only).tolist()) == list(range(len(lengths)))
 
 
-class TokenBudgetLearner(Learner):
-    """The integration proposed for learner.py (see docs/performance.md), with a fixed budget."""
-
-    budget = 40
-
-    def _split(self, batch):
-        group_ids = batch.group_ids.cpu()
-        lengths = row_lengths(batch.attention_mask).cpu()
-        num_groups = int(group_ids.max()) + 1
-        order = torch.randperm(num_groups, generator=self.generator)
-        out = []
-        for groups in torch.tensor_split(order, self.cfg.train.mini_batches):
-            if groups.numel() == 0:
-                continue
-            rows = torch.cat([torch.nonzero(group_ids == g).squeeze(1) for g in groups.tolist()])
-            micro = group_token_micro_batches(rows, group_ids, lengths, self.budget,
-                                              self.cfg.train.micro_batch_size)
-            out.append((torch.cat(micro), micro))
-        return out
-
-
 def _batch(model):
     torch.manual_seed(0)
     groups = []
@@ -99,12 +78,16 @@ def test_token_budget_split_gives_the_same_update(tiny_model_dir):
     m1, m2 = copy.deepcopy(base), copy.deepcopy(base)
     cfg = Config.model_validate({"train": {"steps": 10, "mini_batches": 1, "micro_batch_size": 64},
                                  "optim": {"lr": 1e-2, "grad_clip": None}, "rollout": {"n": 2}})
+    packed_cfg = cfg.model_copy(deep=True)
+    packed_cfg.train.micro_batch_tokens = 40
     batch = _batch(base)
-    packed = TokenBudgetLearner(m2, cfg)
-    plan = packed._split(batch)
+    plan = Learner(copy.deepcopy(base), packed_cfg)._split(batch)
     assert len(plan[0][1]) > 1  # the budget really cuts the mini-batch
+    lengths = row_lengths(batch.attention_mask)
+    assert all(padded_cost(mb, lengths) <= 40 or len(torch.unique(batch.group_ids[mb])) == 1 for mb in plan[0][1])
+    assert len(Learner(copy.deepcopy(base), cfg)._split(batch)[0][1]) == 1  # by rows: one micro-batch
     Learner(m1, cfg).update(copy.deepcopy(batch))
-    TokenBudgetLearner(m2, cfg).update(copy.deepcopy(batch))
+    Learner(m2, packed_cfg).update(copy.deepcopy(batch))
     for p1, p2 in zip(m1.parameters(), m2.parameters()):
         torch.testing.assert_close(p1, p2, atol=5e-5, rtol=1e-4)
     assert any(not torch.equal(p, q) for p, q in zip(m1.parameters(), base.parameters()))

@@ -45,6 +45,7 @@ from rlvr.distributed import data_parallel as dp
 from rlvr.trainer.critic import Critic, value_loss
 from rlvr.trainer.logprobs import forward_tokens
 from rlvr.trainer.optim import build_optimizer, build_scheduler
+from rlvr.trainer.packing import group_token_micro_batches, row_lengths
 from rlvr.types import Batch
 
 log = logging.getLogger("rlvr.learner")
@@ -111,7 +112,8 @@ class Learner:
 
     def _split(self, batch: Batch) -> list[tuple[torch.Tensor, list[torch.Tensor]]]:
         """Shuffled mini-batches of whole groups, each cut into micro-batches of whole groups holding at most
-        `micro_batch_size` rows (a bigger group is one micro-batch). Groups never straddle a boundary, so
+        `micro_batch_size` rows (a bigger group is one micro-batch), or, with `train.micro_batch_tokens`, at
+        most that many padded tokens (groups sorted by length first, so little compute goes to padding). Groups never straddle a boundary, so
         losses with group statistics (PACS) see complete groups."""
         group_ids = batch.group_ids.cpu()
         num_groups = int(group_ids.max()) + 1
@@ -122,6 +124,12 @@ class Learner:
             if groups.numel() == 0:
                 if dp.world_size() > 1:  # every rank must take the same number of optimizer steps
                     out.append((torch.zeros(0, dtype=torch.long), []))
+                continue
+            if self.cfg.train.micro_batch_tokens is not None:  # by padded tokens, similar lengths together
+                sel = torch.cat([rows_of[g] for g in groups.tolist()])
+                micro = group_token_micro_batches(sel, group_ids, row_lengths(batch.attention_mask.cpu()),
+                                                  self.cfg.train.micro_batch_tokens, self.cfg.train.micro_batch_size)
+                out.append((torch.cat(micro), micro))
                 continue
             micro: list[torch.Tensor] = []
             current: list[torch.Tensor] = []
