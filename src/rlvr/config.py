@@ -87,7 +87,10 @@ class ModelConfig(Strict):
 
 
 class RolloutConfig(Strict):
-    engine: str = Field("hf", description="Rollout engine: hf (transformers generate).")
+    engine: str = Field("hf", description="Rollout engine: hf (transformers generate), fast (rlvr's KV-cache "
+                        "engine), vllm (GPU).")
+    engine_options: dict[str, Any] = Field(default_factory=dict, description="The engine's own options, e.g. "
+                                           "fast: {compile: true}.")
     n: int = Field(8, ge=1, description="Samples per prompt (the group size).")
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
@@ -323,6 +326,13 @@ def resolve_components(cfg: Config) -> list[str]:
     if cfg.rollout.engine not in ENGINES:
         problems.append(f"rollout.engine: unknown engine '{cfg.rollout.engine}'. Available: "
                         f"{', '.join(ENGINES.names())}")
+    elif cfg.rollout.engine_options:
+        if "batch_size" in cfg.rollout.engine_options:
+            problems.append("rollout.engine_options.batch_size: set rollout.batch_size instead")
+        try:
+            ENGINES.resolve(cfg.rollout.engine, cfg.rollout.engine_options, "rollout.engine_options")
+        except RegistryError as err:
+            problems.append(str(err))
     if not cfg.rewards:
         problems.append("rewards: at least one reward component is needed")
     names = [r.name for r in cfg.rewards]

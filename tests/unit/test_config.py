@@ -405,3 +405,12 @@ def test_registry_bind_rejects_bad_params() -> None:
 
     with pytest.raises(RegistryError, match="sec.width"):
         reg.bind("klass", {"width": "wide"}, where="sec")
+
+
+def test_engine_options_are_checked_against_the_engine():
+    cfg = load_config(None, ["rollout.engine=fast", "rollout.engine_options={compile: true}"])
+    assert cfg.rollout.engine_options == {"compile": True}
+    with pytest.raises(ConfigError, match=r"rollout.engine_options.compile: unknown key"):
+        load_config(None, ["rollout.engine=hf", "rollout.engine_options={compile: true}"])
+    with pytest.raises(ConfigError, match="set rollout.batch_size instead"):
+        load_config(None, ["rollout.engine=fast", "rollout.engine_options={batch_size: 4}"])

@@ -41,7 +41,8 @@ class RolloutWorker:
     """The actor body: a policy copy and a local engine. Plain class; wrapped with ray.remote at start-up."""
 
     def __init__(self, model_path: str, tokenizer_path: str, engine: str, batch_size: int, dtype: str,
-                 device: str, trust_remote_code: bool, threads: int | None = None):
+                 device: str, trust_remote_code: bool, threads: int | None = None,
+                 engine_options: dict[str, Any] | None = None):
         from rlvr.models import load_causal_lm, load_tokenizer, resolve_device, resolve_dtype
         from rlvr.rollout import ENGINES
 
@@ -51,7 +52,8 @@ class RolloutWorker:
         self.tokenizer = load_tokenizer(tokenizer_path, trust_remote_code=trust_remote_code)
         self.model = load_causal_lm(model_path, dtype=resolve_dtype(dtype, dev), device=dev,
                                     trust_remote_code=trust_remote_code, trainable=False)
-        self.engine = ENGINES.build(engine, {}, model=self.model, tokenizer=self.tokenizer, batch_size=batch_size)
+        self.engine = ENGINES.build(engine, {**(engine_options or {}), "batch_size": batch_size},
+                                    where="rollout.engine_options", model=self.model, tokenizer=self.tokenizer)
         self.version = 0
         self.busy_s = 0.0
 
@@ -119,7 +121,7 @@ class RayEngine(RolloutEngine):
         return actor.remote(self.model_path, cfg.model.tokenizer_path or cfg.model.path, cfg.rollout.engine,
                             cfg.rollout.batch_size, cfg.model.dtype,
                             "cuda" if dist.gpus_per_rollout_worker > 0 else "cpu", cfg.model.trust_remote_code,
-                            threads)
+                            threads, dict(cfg.rollout.engine_options))
 
     # -- weights -------------------------------------------------------------------------------------------
 

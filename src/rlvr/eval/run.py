@@ -10,7 +10,7 @@ import torch
 from rlvr.config import Config
 from rlvr.eval.evaluate import evaluate, write_results
 from rlvr.models import check_vocab, load_causal_lm, load_tokenizer, resolve_device, resolve_dtype
-from rlvr.rollout import ENGINES, SamplingParams
+from rlvr.rollout import SamplingParams, build_engine
 from rlvr.runtime import ProgressReporter, console, seed_everything, step_seed
 from rlvr.tasks import PromptRenderer, build_task
 
@@ -25,8 +25,7 @@ def run_eval(cfg: Config, model_path: str, out: Path | None) -> dict[str, Any]:
                            trust_remote_code=cfg.model.trust_remote_code, trainable=False, key="MODEL_DIR")
     check_vocab(tokenizer, model)
     renderer = PromptRenderer(task, tokenizer, cfg.model.chat_template)
-    engine = ENGINES.build(cfg.rollout.engine, {}, where="rollout.engine", model=model, tokenizer=tokenizer,
-                           batch_size=cfg.rollout.batch_size)
+    engine = build_engine(cfg.rollout, model, tokenizer)
     records = list(task.heldout)[: cfg.eval.size] if cfg.eval.size else list(task.heldout)
     params = SamplingParams(n=cfg.eval.n, temperature=cfg.eval.temperature or cfg.rollout.temperature,
                             top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k,

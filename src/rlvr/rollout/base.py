@@ -48,3 +48,10 @@ def rollout_groups(
     samples = engine.generate([ids for ids, _ in rendered], params)
     return [Group(record=r, prompt_ids=ids, samples=s, prompt_text=text)
             for r, (ids, text), s in zip(records, rendered, samples)]
+
+
+def build_engine(rollout_cfg: Any, model: Any, tokenizer: Any) -> RolloutEngine:
+    """The configured engine (`rollout.engine` with `rollout.engine_options`) over `model`."""
+    params = {**rollout_cfg.engine_options, "batch_size": rollout_cfg.batch_size}
+    return ENGINES.build(rollout_cfg.engine, params, where="rollout.engine_options", model=model,
+                         tokenizer=tokenizer)

@@ -41,6 +41,7 @@ from rlvr.rollout import (
     SamplingParams,
     agent_metrics,
     agent_rollout_groups,
+    build_engine,
     build_env_factory,
     rollout_groups,
 )
@@ -252,8 +253,7 @@ def _build(cfg: Config, run_dir: Path, resume: bool, task: Any, tokenizer: Any, 
 
         engine = RayEngine(cfg, str(checkpoint or cfg.model.path))
     else:
-        engine = ENGINES.build(cfg.rollout.engine, {}, where="rollout.engine", model=policy, tokenizer=tokenizer,
-                               batch_size=cfg.rollout.batch_size)
+        engine = build_engine(cfg.rollout, policy, tokenizer)
     reward_fn = RewardFunction.from_config(cfg.rewards, RewardContext(
         policy=policy, tokenizer=tokenizer, temperature=cfg.rollout.temperature,
         max_new_tokens=cfg.rollout.max_new_tokens))
