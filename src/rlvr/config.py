@@ -64,6 +64,19 @@ class RunConfig(Strict):
     seed: int = Field(0, ge=0, description="Seeds every random choice: data order, sampling, init.")
 
 
+class LoraSpec(Strict):
+    """LoRA adapters on the policy (peft): only they train; checkpoints hold the merged model."""
+
+    r: int = Field(16, ge=1, description="Adapter rank.")
+    alpha: float = Field(32.0, gt=0, description="Scaling numerator: updates are scaled by alpha / r.")
+    dropout: float = Field(0.0, ge=0, lt=1, description="Adapter dropout (0 keeps sampler and learner "
+                           "log-probs consistent).")
+    target_modules: list[str] | Literal["all-linear"] = Field(
+        "all-linear", description="Module names to adapt, e.g. [q_proj, v_proj]; all-linear: every linear "
+        "layer but the LM head."
+    )
+
+
 class ModelConfig(Strict):
     path: str = Field("builtin", description="Local HF checkpoint dir, or 'builtin' for the shipped model.")
     reference_path: str | None = Field(None, description="Frozen reference for the KL term; default: path.")
@@ -77,6 +90,7 @@ class ModelConfig(Strict):
     )
     trust_remote_code: bool = False
     gradient_checkpointing: bool = False
+    lora: LoraSpec | None = Field(None, description="Train LoRA adapters instead of all weights.")
 
     @field_validator("device")
     @classmethod
@@ -354,6 +368,16 @@ def resolve_components(cfg: Config) -> list[str]:
             f"train.mini_batches: mini-batches hold whole groups, so there can be at most "
             f"train.prompts_per_step={cfg.train.prompts_per_step} of them; got {cfg.train.mini_batches}"
         )
+    if cfg.model.lora is not None:
+        if d.backend == "ray":
+            problems.append("model.lora: Ray rollout workers receive full weights, not adapters; use "
+                            "distributed.backend=local with LoRA")
+        if cfg.algorithm.reference_reset_every:
+            problems.append("model.lora: the reference reset (ProRL) copies full policy weights; unset "
+                            "algorithm.reference_reset_every or train without LoRA")
+        if cfg.algorithm.critic is not None and cfg.algorithm.critic.kind == "head":
+            problems.append("model.lora: a value head on the adapted policy is not supported; use "
+                            "algorithm.critic.kind=separate")
     return problems
 
 

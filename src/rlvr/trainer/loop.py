@@ -35,6 +35,7 @@ from rlvr.models import (
     resolve_dtype,
     resolve_model_path,
 )
+from rlvr.models.lora import apply_lora, exportable, is_lora, load_lora_state, lora_state
 from rlvr.rewards import RewardContext, RewardFunction
 from rlvr.rollout import (
     ENGINES,
@@ -163,6 +164,8 @@ class Run:
             return checkpoint_dir(self.run_dir, step)
         state = {"learner": self.learner.state_dict(), "sampler": self.sampler.state_dict(), "faults": self.faults,
                  "tokens_spent": self.tokens_spent}
+        if is_lora(self.policy):
+            state["lora"] = lora_state(self.policy)
         try:
             path = self._save(step, state)
         finally:
@@ -171,7 +174,7 @@ class Run:
 
     def _save(self, step: int, state: dict[str, Any]) -> Path:
         try:
-            return save_checkpoint(self.run_dir, step, self.policy, self.tokenizer, state,
+            return save_checkpoint(self.run_dir, step, exportable(self.policy), self.tokenizer, state,
                                    self.cfg.checkpoint.keep_last)
         except OSError as err:  # e.g. a full disk: the previous checkpoint is untouched (atomic write)
             previous = latest_checkpoint(self.run_dir)
@@ -239,9 +242,13 @@ def _build(cfg: Config, run_dir: Path, resume: bool, task: Any, tokenizer: Any, 
     seed_everything(cfg.run.seed)
     dtype = resolve_dtype(cfg.model.dtype, device)
     checkpoint = latest_checkpoint(run_dir) if resume else None
-    policy = load_causal_lm(checkpoint or cfg.model.path, dtype=dtype, device=device,
-                            trust_remote_code=cfg.model.trust_remote_code,
+    lora = cfg.model.lora
+    # with LoRA the base weights come from model.path and the adapters from the checkpoint's trainer state
+    policy = load_causal_lm(checkpoint if checkpoint is not None and lora is None else cfg.model.path, dtype=dtype,
+                            device=device, trust_remote_code=cfg.model.trust_remote_code,
                             gradient_checkpointing=cfg.model.gradient_checkpointing)
+    if lora is not None:
+        policy = apply_lora(policy, lora)
     check_vocab(tokenizer, policy)
     reference = None
     if needs_reference(cfg):
@@ -271,6 +278,8 @@ def _build(cfg: Config, run_dir: Path, resume: bool, task: Any, tokenizer: Any, 
     )
     if checkpoint is not None:
         state = load_trainer_state(checkpoint)
+        if lora is not None:
+            load_lora_state(policy, state["lora"])
         learner.load_state_dict(state["learner"])
         run.sampler.load_state_dict(state["sampler"])
         set_rng_state(state["rng"])
@@ -367,7 +376,7 @@ def _loop(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | None, 
         return run.run_dir
 
     if dp.is_main():
-        save_hf_dir(run.policy, run.tokenizer, run.run_dir / "final")
+        save_hf_dir(exportable(run.policy), run.tokenizer, run.run_dir / "final")
     dp.barrier()
     after = run.evaluate("after") if cfg.eval.after else None
     if not dp.is_main():

@@ -15,6 +15,7 @@ import torch
 
 from rlvr.config import SFTConfig
 from rlvr.models import check_vocab, load_causal_lm, load_tokenizer, resolve_device, resolve_dtype
+from rlvr.models.lora import apply_lora, exportable
 from rlvr.runtime import (
     ProgressReporter,
     attach_log_file,
@@ -91,6 +92,8 @@ def run_sft(cfg: SFTConfig) -> Path:
                                trust_remote_code=cfg.model.trust_remote_code,
                                gradient_checkpointing=cfg.model.gradient_checkpointing)
         check_vocab(tokenizer, model)
+        if cfg.model.lora is not None:
+            model = apply_lora(model, cfg.model.lora)
         console.print(f"SFT on {len(examples)} examples ({skipped} skipped) for {cfg.train.steps} steps")
         optimizer = build_optimizer(model, cfg.optim)
         scheduler = build_scheduler(optimizer, cfg.optim, cfg.train.steps)
@@ -125,10 +128,10 @@ def run_sft(cfg: SFTConfig) -> Path:
                 line = format_metrics(metrics, ("loss", "grad_norm", "lr", "step_s"))
                 progress.update(step, line, print_line=step % cfg.logging.console_every == 0)
                 if cfg.checkpoint.every and step % cfg.checkpoint.every == 0 and step < cfg.train.steps:
-                    save_checkpoint(run_dir, step, model, tokenizer, {"optimizer": optimizer.state_dict()},
+                    save_checkpoint(run_dir, step, exportable(model), tokenizer, {"optimizer": optimizer.state_dict()},
                                     cfg.checkpoint.keep_last)
         sink.close()
-        final = save_hf_dir(model, tokenizer, run_dir / "final")
+        final = save_hf_dir(exportable(model), tokenizer, run_dir / "final")
         console.print(f"SFT done. Final model: [bold]{final}[/bold]")
         return run_dir
     finally:
