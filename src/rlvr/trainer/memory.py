@@ -67,7 +67,10 @@ def estimate_memory(cfg: Any, device: torch.device, dtype: torch.dtype) -> list[
     alg = cfg.algorithm
     terms = [
         MemoryTerm("policy weights", params * width, "model.path (a smaller model) or model.dtype=bfloat16"),
-        MemoryTerm("gradients + AdamW moments", params * width * 3, "model.path (a smaller model) or model.dtype"),
+        MemoryTerm("gradients + AdamW moments", params * width * 3, "model.lora (train adapters only), a smaller "
+                   "model.path or model.dtype") if cfg.model.lora is None else
+        # LoRA: adapters are a small fraction of the weights; 5% is a generous bound for ranks up to ~64
+        MemoryTerm("LoRA adapters (weights, grads, AdamW)", params * width * 4 * 0.05, "model.lora.r"),
         MemoryTerm("rollout KV cache", 2.0 * layers * kv_heads * head_dim * width * seq * rows,
                    "rollout.batch_size or rollout.max_new_tokens"),
     ]
