@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Where the time goes: torch-profiler tables of one learner update and one fast-engine rollout.
 
-    python bench/profile.py --model qwen0.5b          # the 0.5B-architecture model (random weights)
-    python bench/profile.py --model builtin --top 15
+    python bench/hotspots.py --model qwen0.5b          # the 0.5B-architecture model (random weights)
+    python bench/hotspots.py --model builtin --top 15
 
 Prints the top operators by self CPU time for (1) one GRPO learner update (forward + backward of the policy
 with the chunked LM head, PPO-clip, AdamW step) and (2) one rollout of the fast engine, plus each table's
