@@ -346,11 +346,11 @@ def _learner_batch(model: Any, tok: Any, args: dict[str, Any]) -> Any:
 
 def learner(args: dict[str, Any]) -> None:
     """One learner update (GRPO, PPO-clip, old log-probs from the engine) on a fixed batch; variant:
-    rows (micro-batches of `micro_rows` rows, the current learner), tokens (token-budget micro-batches from
-    rlvr.trainer.packing, same worst-case size), fused_adamw (torch's fused AdamW kernel), tokens+fused_adamw,
-    checkpointing (gradient checkpointing on), full_logits (the learner's log-probs from full [B, T, V] logits
-    instead of the chunked LM head)."""
-    import torch
+    rows (micro-batches of `micro_rows` rows, AdamW's op-by-op kernel: the learner before the fused default),
+    tokens (train.micro_batch_tokens, the same worst-case size), fused_adamw (optim.fused, the default now),
+    tokens+fused_adamw, checkpointing (gradient checkpointing on), full_logits (the learner's log-probs from
+    full [B, T, V] logits instead of the chunked LM head). All but the fused variants use the loop kernel, so
+    each differs from `rows` in one thing."""
 
     import rlvr.trainer.learner as learner_mod
     from rlvr.config import Config
@@ -367,7 +367,7 @@ def learner(args: dict[str, Any]) -> None:
     cfg = Config.model_validate({
         "train": {"steps": 100, "mini_batches": 1, "micro_batch_size": rows, "prompts_per_step": args["prompts"]},
         "rollout": {"n": args["n"], "max_new_tokens": args["max_new_tokens"]},
-        "optim": {"lr": 1e-6, "grad_clip": 1.0},
+        "optim": {"lr": 1e-6, "grad_clip": 1.0, "fused": variant.endswith("fused_adamw")},
         "algorithm": {"advantage": {"name": "grpo"}, "loss": {"name": "ppo_clip"}},
     })
     lengths = row_lengths(batch.attention_mask)
@@ -379,13 +379,6 @@ def learner(args: dict[str, Any]) -> None:
     if variant == "full_logits":
         learner_mod.forward_tokens = _full_logits_forward_tokens
     lrn = Learner(model, cfg)
-    if variant.endswith("fused_adamw"):  # AdamW's fused kernel (one pass per tensor) instead of the op-by-op loop
-        from rlvr.trainer.optim import build_scheduler
-
-        group = lrn.optimizer.param_groups[0]
-        lrn.optimizer = torch.optim.AdamW(group["params"], lr=group["lr"], betas=group["betas"], eps=group["eps"],
-                                          weight_decay=group["weight_decay"], fused=True)
-        lrn.scheduler = build_scheduler(lrn.optimizer, cfg.optim, lrn.total_optimizer_steps)
     plan = [mb for _, micro in lrn._split(batch) for mb in micro]
     reps = args.get("reps", 2)
     lrn.update(copy.deepcopy(batch))  # warm-up (allocator, optimizer state)

@@ -105,3 +105,23 @@ def test_state_dict_round_trip(tiny_model_dir):
     other.load_state_dict(state)
     assert other.scheduler.last_epoch == learner.scheduler.last_epoch == 2
     assert torch.equal(other.generator.get_state(), learner.generator.get_state())
+
+
+def test_fused_adamw_is_used_when_available_and_matches_the_loop_kernel():
+    from rlvr.config import OptimConfig
+    from rlvr.trainer.optim import build_optimizer
+
+    torch.manual_seed(0)
+    a = torch.nn.Linear(8, 8)
+    b = torch.nn.Linear(8, 8)
+    b.load_state_dict(a.state_dict())
+    fused, plain = build_optimizer(a, OptimConfig(lr=1e-2)), build_optimizer(b, OptimConfig(lr=1e-2, fused=False))
+    assert fused.defaults["fused"] is True and not plain.defaults.get("fused")
+    x = torch.randn(4, 8)
+    for _ in range(3):
+        for model, opt in ((a, fused), (b, plain)):
+            opt.zero_grad()
+            model(x).square().sum().backward()
+            opt.step()
+    for p, q in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(p, q, atol=1e-6, rtol=1e-5)

@@ -17,7 +17,19 @@ def build_optimizer(model: torch.nn.Module, cfg: OptimConfig,
     if not params:
         raise ValueError("the model has no trainable parameters")
     groups = [{"params": params}, *(extra_groups or [])]
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)
+    kwargs = dict(lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)
+    if getattr(cfg, "fused", False) and _fused_ok(groups):
+        try:
+            return torch.optim.AdamW(groups, fused=True, **kwargs)
+        except (RuntimeError, TypeError, ValueError):  # this torch or device has no fused kernel
+            pass
+    return torch.optim.AdamW(groups, **kwargs)
+
+
+def _fused_ok(groups: list[dict[str, Any]]) -> bool:
+    """Fused AdamW needs floating-point parameters on CPU or CUDA."""
+    params = [p for g in groups for p in g["params"]]
+    return all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
 
 
 def lr_factor(step: int, total: int, cfg: OptimConfig) -> float:
