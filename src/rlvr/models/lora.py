@@ -20,7 +20,7 @@ def apply_lora(model: Any, spec: Any) -> Any:
     try:
         from peft import LoraConfig, get_peft_model
     except ImportError:
-        raise ImportError("model.lora needs the peft package: pip install peft") from None
+        raise ImportError("model.lora needs the peft package: pip install peft (or the rlvr[lora] extra)") from None
     targets = spec.target_modules if isinstance(spec.target_modules, str) else list(spec.target_modules)
     config = LoraConfig(r=spec.r, lora_alpha=spec.alpha, lora_dropout=spec.dropout, target_modules=targets,
                         bias="none", task_type="CAUSAL_LM")
