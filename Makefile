@@ -16,7 +16,7 @@ BENCH_ARGS ?=
 help:
 	@echo "make demo         install, then evaluate / GRPO-train / evaluate the built-in model (~10 min on 2 CPUs)"
 	@echo "make test         install, then run the test suite"
-	@echo "make bench        install TRL too, then run bench/run.py (rlvr vs TRL, engines, learner MFU; ~15 min)"
+	@echo "make bench        install TRL too, then run bench/run.py (rlvr vs TRL, engines, learner MFU, sync vs async; ~25 min)"
 	@echo "make build-model  rebuild src/rlvr/models/builtin with scripts/build_base_model.py"
 	@echo "make clean        remove .venv and runs/"
 

@@ -9,7 +9,7 @@
 3. Learner MFU: 6 * params * tokens per update / update seconds, against the measured fp32 matmul peak; and
    the learner's efficiency means (token-budget micro-batches, chunked LM head, gradient checkpointing).
 
-    python bench/run.py             # full run (about 10-15 minutes on 2 CPU cores)
+    python bench/run.py             # full run (about 22 minutes on 2 CPU cores)
     python bench/run.py --quick     # a smoke run with tiny settings (figures meaningless)
 
 Writes bench/results/<date>.json and prints the tables. Both models: the built-in one and a randomly
