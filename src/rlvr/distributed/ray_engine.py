@@ -44,7 +44,7 @@ class RolloutWorker:
                  device: str, trust_remote_code: bool, threads: int | None = None,
                  engine_options: dict[str, Any] | None = None):
         from rlvr.models import load_causal_lm, load_tokenizer, resolve_device, resolve_dtype
-        from rlvr.rollout import ENGINES
+        from rlvr.rollout import build_engine
 
         if threads:
             torch.set_num_threads(threads)
@@ -52,8 +52,7 @@ class RolloutWorker:
         self.tokenizer = load_tokenizer(tokenizer_path, trust_remote_code=trust_remote_code)
         self.model = load_causal_lm(model_path, dtype=resolve_dtype(dtype, dev), device=dev,
                                     trust_remote_code=trust_remote_code, trainable=False)
-        self.engine = ENGINES.build(engine, {**(engine_options or {}), "batch_size": batch_size},
-                                    where="rollout.engine_options", model=self.model, tokenizer=self.tokenizer)
+        self.engine = build_engine(engine, engine_options or {}, batch_size, self.model, self.tokenizer)
         self.version = 0
         self.busy_s = 0.0
 

@@ -25,7 +25,7 @@ def run_eval(cfg: Config, model_path: str, out: Path | None) -> dict[str, Any]:
                            trust_remote_code=cfg.model.trust_remote_code, trainable=False, key="MODEL_DIR")
     check_vocab(tokenizer, model)
     renderer = PromptRenderer(task, tokenizer, cfg.model.chat_template)
-    engine = build_engine(cfg.rollout, model, tokenizer)
+    engine = build_engine(cfg.rollout.engine, cfg.rollout.engine_options, cfg.rollout.batch_size, model, tokenizer)
     records = list(task.heldout)[: cfg.eval.size] if cfg.eval.size else list(task.heldout)
     params = SamplingParams(n=cfg.eval.n, temperature=cfg.eval.temperature or cfg.rollout.temperature,
                             top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k,

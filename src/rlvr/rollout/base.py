@@ -50,8 +50,7 @@ def rollout_groups(
             for r, (ids, text), s in zip(records, rendered, samples)]
 
 
-def build_engine(rollout_cfg: Any, model: Any, tokenizer: Any) -> RolloutEngine:
-    """The configured engine (`rollout.engine` with `rollout.engine_options`) over `model`."""
-    params = {**rollout_cfg.engine_options, "batch_size": rollout_cfg.batch_size}
-    return ENGINES.build(rollout_cfg.engine, params, where="rollout.engine_options", model=model,
+def build_engine(name: str, options: dict[str, Any], batch_size: int, model: Any, tokenizer: Any) -> RolloutEngine:
+    """Engine `name` (`rollout.engine`) with its `rollout.engine_options` and `rollout.batch_size` over `model`."""
+    return ENGINES.build(name, {**options, "batch_size": batch_size}, where="rollout.engine_options", model=model,
                          tokenizer=tokenizer)

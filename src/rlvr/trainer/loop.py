@@ -197,18 +197,12 @@ class Run:
         records = list(records)
         if self.reward_fn.needs_paraphrases:  # Co-Reward scores each prompt against its paraphrase
             records = [r for rec in records for r in (rec, self.task.paraphrase(rec)) if r is not None]
-        params = self.params if n == self.params.n else replace(self.params, n=n)
-        if self.cfg.agent is not None:
-            groups = agent_rollout_groups(self.engine, self.renderer, self.task, records, params, self.cfg.agent,
-                                          step=self.step, total_steps=self.cfg.train.steps,
-                                          env_factory=self.env_factory)
-        else:
-            groups = rollout_groups(self.engine, self.renderer, records, params)
+        groups = self.generate(records, self.params if n == self.params.n else replace(self.params, n=n))
         self.reward_fn(groups, self.task)
         return groups
 
     def generate(self, records: Sequence[TaskRecord], params: SamplingParams) -> list[Group]:
-        """Unrewarded groups for evaluation: multi-turn episodes in an agent run, else single-turn."""
+        """Unrewarded groups: multi-turn episodes in an agent run, else single-turn (training and evaluation)."""
         if self.cfg.agent is not None:
             return agent_rollout_groups(self.engine, self.renderer, self.task, records, params, self.cfg.agent,
                                         step=self.step, total_steps=self.cfg.train.steps,
@@ -260,7 +254,8 @@ def _build(cfg: Config, run_dir: Path, resume: bool, task: Any, tokenizer: Any, 
 
         engine = RayEngine(cfg, str(checkpoint or cfg.model.path))
     else:
-        engine = build_engine(cfg.rollout, policy, tokenizer)
+        engine = build_engine(cfg.rollout.engine, cfg.rollout.engine_options, cfg.rollout.batch_size, policy,
+                              tokenizer)
     reward_fn = RewardFunction.from_config(cfg.rewards, RewardContext(
         policy=policy, tokenizer=tokenizer, temperature=cfg.rollout.temperature,
         max_new_tokens=cfg.rollout.max_new_tokens))
@@ -328,11 +323,10 @@ def _loop(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | None, 
             metrics.update(rollout_s=rollout_s, train_s=train_s, step_s=time.perf_counter() - step_start,
                            rollout_tokens_per_s=metrics["response_tokens"] / max(rollout_s, 1e-9),
                            train_tokens_per_s=stats["train_tokens"] / max(train_s, 1e-9))
-            metrics = dp.mean_metrics(metrics)  # over data-parallel ranks (one rank: unchanged)
             # every sampled token counts, including groups a sampler dropped (summed over ranks)
-            run.tokens_spent += int(dp.sum_floats(sampler_metrics.get("tokens_generated",
-                                                                       float(sum(len(s.response_ids) for g in groups
-                                                                                 for s in g.samples))))[0])
+            spent = sampler_metrics.get("tokens_generated", metrics["response_tokens"])
+            metrics = dp.mean_metrics(metrics)  # over data-parallel ranks (one rank: unchanged)
+            run.tokens_spent += int(dp.sum_floats(spent)[0])
             metrics["rollout_tokens_total"] = float(run.tokens_spent)
             out_of_time = cfg.train.max_time_s is not None and \
                 dp.sum_floats(float(time.perf_counter() - loop_start >= cfg.train.max_time_s))[0] > 0

@@ -18,7 +18,7 @@ def build_optimizer(model: torch.nn.Module, cfg: OptimConfig,
         raise ValueError("the model has no trainable parameters")
     groups = [{"params": params}, *(extra_groups or [])]
     kwargs = dict(lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)
-    if getattr(cfg, "fused", False) and _fused_ok(groups):
+    if cfg.fused and _fused_ok(groups):
         try:
             return torch.optim.AdamW(groups, fused=True, **kwargs)
         except (RuntimeError, TypeError, ValueError):  # this torch or device has no fused kernel
