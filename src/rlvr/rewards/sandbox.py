@@ -489,7 +489,9 @@ def run_python(
     """Run `code` as a Python program in the sandbox and return what happened. Never raises for anything
     the program does; raises ValueError only for bad arguments.
 
-    `timeout` is wall-clock seconds; `cpu_seconds` (default: the timeout, rounded up) is the RLIMIT_CPU;
+    `timeout` is wall-clock seconds; `cpu_seconds` (default: the timeout rounded up, plus one second) is the
+    RLIMIT_CPU. The default sits above the wall clock so a single-threaded busy loop always ends as a timeout
+    (equal limits race); the CPU limit is the backstop for programs that burn CPU on several threads;
     `memory_mb` the address-space limit; `max_output_bytes` caps stdout and stderr each; `files` are
     written into the work dir (relative paths) before the program starts.
     """
@@ -501,7 +503,7 @@ def run_python(
         raise ValueError(f"run_python: memory_mb must be >= 32 (the interpreter needs it); got {memory_mb}")
     if max_output_bytes < 1:
         raise ValueError(f"run_python: max_output_bytes must be >= 1; got {max_output_bytes}")
-    cpu = max(1, math.ceil(cpu_seconds if cpu_seconds is not None else timeout))
+    cpu = max(1, math.ceil(cpu_seconds) if cpu_seconds is not None else math.ceil(timeout) + 1)
     limits = [
         ("RLIMIT_CORE", 0, 0),
         ("RLIMIT_CPU", cpu, cpu + 1),

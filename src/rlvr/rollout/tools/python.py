@@ -37,8 +37,10 @@ class PythonTool(Tool):
         if result.ok:
             return out if out.strip() else "(no output)"
         reason = result.killed_reason or f"exit code {result.exit_code}"
-        if result.timed_out:
-            reason = f"timed out after {self.timeout:g}s"
+        if result.timed_out or result.killed_reason == "cpu limit":
+            # A busy loop meets the wall clock and RLIMIT_CPU (both `timeout`) at about the same moment; which
+            # one fires first is a race, and to the model both mean the same: the program ran out of time.
+            reason = f"timed out after {self.timeout:g}s" + (" (CPU limit)" if not result.timed_out else "")
         tail = result.stderr.strip()[-600:]
         raise ToolError("\n".join(p for p in (f"program failed: {reason}", tail,
                                               f"stdout: {out.rstrip()}" if out.strip() else "") if p))
