@@ -225,6 +225,9 @@ class DistributedConfig(Strict):
     """Where the stages run: in this process (local), or rollout workers as Ray actors (ray)."""
 
     backend: Literal["local", "ray"] = Field("local", description="local: one process; ray: rollout actors.")
+    learner: Literal["ddp", "fsdp2"] = Field(
+        "ddp", description="With torchrun ranks: ddp keeps the whole policy on every rank and sums gradients; "
+        "fsdp2 shards the decoder layers' weights, gradients and optimizer state (docs/scaling.md).")
     address: str | None = Field(None, description="None: start a local Ray runtime; 'auto': join the cluster "
                                 "started with `ray start`; or ray://host:port.")
     num_cpus: int | None = Field(None, ge=1, description="CPUs of a local Ray runtime; default: all.")
@@ -370,6 +373,15 @@ def resolve_components(cfg: Config) -> list[str]:
             f"train.mini_batches: mini-batches hold whole groups, so there can be at most "
             f"train.prompts_per_step={cfg.train.prompts_per_step} of them; got {cfg.train.mini_batches}"
         )
+    if d.learner == "fsdp2":
+        for bad, why in ((cfg.model.lora is not None, "model.lora (adapters are not sharded)"),
+                         (cfg.algorithm.critic is not None, "algorithm.critic (the critic is not sharded)"),
+                         (bool(cfg.algorithm.reference_reset_every),
+                          "algorithm.reference_reset_every (the reset copies whole policy weights)"),
+                         (d.backend == "ray", "distributed.backend=ray (rollout workers are Ray actors; the "
+                          "sharded learner runs under torchrun)")):
+            if bad:
+                problems.append(f"distributed.learner: fsdp2 does not support {why}; use distributed.learner=ddp")
     if cfg.model.lora is not None:
         if d.backend == "ray":
             problems.append("model.lora: Ray rollout workers receive full weights, not adapters; use "

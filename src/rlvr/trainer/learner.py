@@ -42,6 +42,7 @@ from rlvr.algorithms import (
 from rlvr.algorithms.inputs import broadcast_to_tokens, call_with_inputs, tensor_inputs
 from rlvr.config import Config
 from rlvr.distributed import data_parallel as dp
+from rlvr.distributed import fsdp
 from rlvr.trainer.critic import Critic, value_loss
 from rlvr.trainer.logprobs import forward_tokens
 from rlvr.trainer.optim import build_optimizer, build_scheduler
@@ -70,6 +71,8 @@ class Learner:
         self.cfg = cfg
         alg = cfg.algorithm
         self.device = next(model.parameters()).device
+        # FSDP2 (distributed.learner=fsdp2): every forward/backward of the model is a collective over the ranks
+        self.sharded = any(fsdp.is_sharded(p) for p in model.parameters())
         self.temperature = cfg.rollout.temperature
         self.advantage_fn = ADVANTAGES.bind(alg.advantage.name, alg.advantage.params, where="algorithm.advantage")
         self.loss_fn = LOSSES.bind(alg.loss.name, alg.loss.params, where="algorithm.loss")
@@ -148,7 +151,10 @@ class Learner:
         """No-grad log-probs (and entropy) of the whole batch under `model`, micro-batch by micro-batch."""
         logprobs = torch.zeros(batch.mask.shape, dtype=torch.float32, device=self.device)
         entropy = torch.zeros_like(logprobs) if with_entropy else None
-        for rows in self._micro_batches(torch.arange(len(batch))):
+        micro = self._micro_batches(torch.arange(len(batch)))
+        # a sharded forward is a collective: run as many as the busiest rank (agreed before the first one)
+        padding = fsdp.pad_count(len(micro)) - len(micro) if model is self.model and self.sharded else 0
+        for rows in micro:
             mb = batch.select(rows).to(self.device)
             out = forward_tokens(model, mb.input_ids, mb.attention_mask, mb.mask, self.temperature,
                                  with_entropy=with_entropy)
@@ -156,7 +162,17 @@ class Learner:
             logprobs[idx, : out.logprobs.shape[1]] = out.logprobs
             if entropy is not None and out.entropy is not None:
                 entropy[idx, : out.entropy.shape[1]] = out.entropy
+        for _ in range(padding):
+            self._dummy_pass(batch)
         return logprobs, entropy
+
+    def _dummy_pass(self, batch: Batch) -> None:
+        """One forward (and, with grad enabled, a zero-weight backward) of the sharded model on one row: it
+        contributes nothing, and lets this rank join the collectives of a rank with more micro-batches."""
+        mb = batch.select(torch.zeros(1, dtype=torch.long)).to(self.device)
+        hidden = self.model.get_decoder()(input_ids=mb.input_ids, attention_mask=mb.attention_mask).last_hidden_state
+        if torch.is_grad_enabled():
+            (hidden.sum() * 0.0).backward()
 
     @torch.no_grad()
     def _values_all(self, batch: Batch) -> torch.Tensor:
@@ -249,6 +265,8 @@ class Learner:
                 if self.critic is not None and self.critic.optimizer is not None:
                     self.critic.optimizer.zero_grad(set_to_none=True)
                 loss_total = 0.0
+                # sharded: every rank runs as many forward/backward passes as the busiest one (agreed up front)
+                padding = fsdp.pad_count(len(micro_batches)) - len(micro_batches) if self.sharded else 0
                 for rows in micro_batches:
                     mb = batch.select(rows)
                     mb_filter = mb.mask if mb.token_filter is None else mb.mask * mb.token_filter
@@ -260,7 +278,10 @@ class Learner:
                         for k, v in stats.items():
                             sums[k] += v * tokens
                     train_tokens += mb.num_tokens
-                dp.all_reduce_gradients(self._trainable())  # data-parallel ranks: sum, losses are globally normed
+                for _ in range(padding):
+                    self._dummy_pass(batch)
+                # data-parallel ranks: sum, losses are globally normed (FSDP has summed the sharded ones)
+                dp.all_reduce_gradients([p for p in self._trainable() if not fsdp.is_sharded(p)])
                 if self.critic is not None and self.critic.separate:
                     dp.all_reduce_gradients(self.critic.parameters())
                 loss_total = dp.sum_floats(loss_total)[0]
@@ -353,6 +374,8 @@ class Learner:
                 loss = loss + self.critic.cfg.coef * v_loss
         if loss.requires_grad:
             loss.backward()
+        elif self.sharded:  # nothing to learn from here, but the other ranks wait in this backward's collectives
+            self._dummy_pass(mb)
         stats: dict[str, float] = {"loss": float(loss.detach()) + (float(v_loss.detach()) if v_loss is not None else 0.0),
                                    "tokens": float(mb.mask.sum())}
         if first_epoch:
@@ -379,6 +402,8 @@ class Learner:
         if not params:
             return 0.0
         max_norm = self.cfg.optim.grad_clip if self.cfg.optim.grad_clip is not None else float("inf")
+        if self.sharded:
+            return fsdp.clip_grad_norm(params, max_norm)
         return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
 
     # -- reference reset (ProRL) -------------------------------------------------------------------------
@@ -392,8 +417,11 @@ class Learner:
     # -- state -------------------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
+        """The learner's state. With a sharded model this is a collective (every rank calls it) that gathers
+        the optimizer's full state, keyed by parameter name, on rank 0."""
         state = {
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": fsdp.optimizer_state(self.model, self.optimizer) if self.sharded
+            else self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "generator": self.generator.get_state(),
             "skipped_steps": self.skipped_steps,
@@ -408,7 +436,10 @@ class Learner:
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
+        if self.sharded:
+            fsdp.load_optimizer_state(self.model, self.optimizer, state["optimizer"])
+        else:
+            self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.generator.set_state(state["generator"])
         self.skipped_steps = int(state.get("skipped_steps", 0))

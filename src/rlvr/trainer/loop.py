@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import signal
@@ -157,12 +158,22 @@ class Run:
     tokens_spent: int = 0  # response tokens sampled so far, kept or dropped (train.rollout_token_budget)
     env_factory: Any = None  # agent runs: one environment per episode, tools built once
     step: int = 0  # the step being sampled (the agent's turn-budget schedule reads it)
+    sharded_policy: Any = None  # distributed.learner=fsdp2: the learner's sharded model (`policy` is a whole copy)
+
+    def publish_weights(self, version: int) -> None:
+        """Hand the updated policy to the engine (with FSDP2: first gather the shards into the whole copy)."""
+        if self.sharded_policy is not None:
+            from rlvr.distributed.fsdp import gather_into
+
+            gather_into(self.sharded_policy, self.policy)
+        self.engine.sync_weights(self.policy, version=version)
 
     def checkpoint(self, step: int) -> Path:
+        learner_state = self.learner.state_dict()  # every rank: a collective when the learner is sharded
         if not dp.is_main():  # rank 0 writes; the others wait for it
             dp.barrier()
             return checkpoint_dir(self.run_dir, step)
-        state = {"learner": self.learner.state_dict(), "sampler": self.sampler.state_dict(), "faults": self.faults,
+        state = {"learner": learner_state, "sampler": self.sampler.state_dict(), "faults": self.faults,
                  "tokens_spent": self.tokens_spent}
         if is_lora(self.policy):
             state["lora"] = lora_state(self.policy)
@@ -259,7 +270,16 @@ def _build(cfg: Config, run_dir: Path, resume: bool, task: Any, tokenizer: Any, 
     reward_fn = RewardFunction.from_config(cfg.rewards, RewardContext(
         policy=policy, tokenizer=tokenizer, temperature=cfg.rollout.temperature,
         max_new_tokens=cfg.rollout.max_new_tokens))
-    learner = Learner(policy, cfg, reference, build_critic(cfg, policy, dtype, device))
+    sharded = None
+    if cfg.distributed.learner == "fsdp2":
+        if dp.world_size() > 1:  # the learner trains a sharded copy; `policy` stays whole for rollouts
+            from rlvr.distributed.fsdp import shard_model
+
+            sharded = shard_model(copy.deepcopy(policy))
+        else:
+            log.warning("distributed.learner=fsdp2 shards over torchrun ranks; with one process it trains unsharded")
+    learner = Learner(sharded if sharded is not None else policy, cfg, reference,
+                      build_critic(cfg, policy, dtype, device))
     prompts = task.heldout if cfg.train.prompt_split == "heldout" else task.train  # heldout: test-time RL
     run = Run(
         cfg=cfg, run_dir=run_dir, task=task, prompts=prompts, tokenizer=tokenizer, policy=policy, engine=engine,
@@ -270,6 +290,7 @@ def _build(cfg: Config, run_dir: Path, resume: bool, task: Any, tokenizer: Any, 
                               top_k=cfg.rollout.top_k, max_new_tokens=cfg.rollout.max_new_tokens,
                               stop=list(cfg.rollout.stop)),
         env_factory=build_env_factory(cfg.agent) if cfg.agent is not None else None,
+        sharded_policy=sharded,
     )
     if checkpoint is not None:
         state = load_trainer_state(checkpoint)
@@ -288,7 +309,7 @@ def _build(cfg: Config, run_dir: Path, resume: bool, task: Any, tokenizer: Any, 
 
 
 def _loop(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | None, signals: StopSignals) -> Path:
-    cfg, learner, engine, reward_fn = run.cfg, run.learner, run.engine, run.reward_fn
+    cfg, learner, reward_fn = run.cfg, run.learner, run.reward_fn
     before = run.evaluate("before") if cfg.eval.before and run.start_step == 0 else None
     last_step = cfg.train.steps if stop_after is None else min(cfg.train.steps, stop_after)
     batches = AsyncBatches(run) if cfg.distributed.mode == "async" else SyncBatches(run)
@@ -312,7 +333,7 @@ def _loop(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | None, 
             train_s = time.perf_counter() - train_start
             if cfg.algorithm.reference_reset_every and step % cfg.algorithm.reference_reset_every == 0:
                 learner.reset_reference()                    # ProRL: the reference moves to the policy
-            engine.sync_weights(run.policy, version=step)
+            run.publish_weights(step)
 
             metrics = {**rollout_metrics(groups, reward_fn), **stats,
                        **{k if k.startswith("async/") else f"sampling/{k}": v for k, v in sampler_metrics.items()}}

@@ -16,7 +16,13 @@ def build_optimizer(model: torch.nn.Module, cfg: OptimConfig,
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise ValueError("the model has no trainable parameters")
-    groups = [{"params": params}, *(extra_groups or [])]
+    from rlvr.distributed.fsdp import is_sharded
+
+    # FSDP2 shards some parameters (DTensors) and leaves others whole; one fused/foreach kernel call cannot mix
+    # the two kinds, and AdamW calls its kernel once per parameter group, so each kind gets its own group.
+    sharded = [p for p in params if is_sharded(p)]
+    whole = [p for p in params if not is_sharded(p)]
+    groups = [{"params": ps} for ps in (sharded, whole) if ps] + list(extra_groups or [])
     kwargs = dict(lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)
     if cfg.fused and _fused_ok(groups):
         try:
