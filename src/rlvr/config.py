@@ -235,6 +235,14 @@ class DistributedConfig(Strict):
     cpus_per_rollout_worker: float = Field(1.0, gt=0)
     gpus_per_rollout_worker: float = Field(0.0, ge=0, description="> 0 places workers on GPUs (separate "
                                            "from the learner's unless fractions let them share).")
+    reward_workers: int = Field(0, ge=0, description="Ray actors that run the correctness verifier (each with "
+                                "its own process pool); 0: the controller's pool.")
+    cpus_per_reward_worker: float = Field(1.0, gt=0)
+    reference_worker: bool = Field(False, description="Run the frozen reference model (KL terms) in its own Ray "
+                                   "actor instead of beside the learner.")
+    cpus_per_reference_worker: float = Field(1.0, gt=0)
+    gpus_per_reference_worker: float = Field(0.0, ge=0, description="> 0 puts the reference on a GPU of its own "
+                                             "(or a fraction of one).")
     mode: Literal["sync", "async"] = Field("sync", description="async: workers generate the next batches while "
                                            "the learner trains (needs backend=ray).")
     max_staleness: int = Field(1, ge=0, description="async: a sample may be at most this many policy versions "
@@ -363,6 +371,16 @@ def resolve_components(cfg: Config) -> list[str]:
         problems.append(f"rewards: each component may appear once; got {names}")
     problems.extend(_algorithm_problems(cfg))
     d = cfg.distributed
+    if d.backend != "ray":
+        if d.reward_workers:
+            problems.append("distributed.reward_workers: reward workers are Ray actors; set distributed.backend=ray "
+                            "(or reward_workers=0)")
+        if d.reference_worker:
+            problems.append("distributed.reference_worker: the reference worker is a Ray actor; set "
+                            "distributed.backend=ray (or reference_worker=false)")
+    if d.reward_workers and "correctness" not in [r.name for r in cfg.rewards]:
+        problems.append("distributed.reward_workers: the reward workers run the `correctness` verifier, and "
+                        f"rewards has none ({', '.join(r.name for r in cfg.rewards)}); set reward_workers=0")
     if d.mode == "async" and d.backend != "ray":
         problems.append("distributed.mode: async needs separate rollout workers; set distributed.backend=ray")
     if d.mode == "async" and cfg.sampling.name != "uniform":

@@ -75,3 +75,84 @@ def test_a_rollout_worker_killed_mid_run_is_replaced(tmp_path, monkeypatch):
 def test_async_needs_ray_and_the_uniform_sampler():
     with pytest.raises(ConfigError, match="distributed.backend=ray"):
         load_config(GRPO, ["distributed.mode=async"])
+
+
+@pytest.mark.slow
+def test_reward_and_reference_workers_train_exactly_like_the_controller(tmp_path):
+    """Verifier actors and a reference-model actor change where the work runs, not the numbers."""
+    small = ["train.steps=2", "train.prompts_per_step=4", "rollout.n=4", "rollout.max_new_tokens=48",
+             "algorithm.kl_coef=0.05", "distributed.cpus_per_rollout_worker=0.5"]
+    here = train(load_config(GRPO, [f"run.dir={tmp_path / 'here'}", *COMMON, *small]))
+    actors = train(load_config(GRPO, [f"run.dir={tmp_path / 'actors'}", *COMMON, *small,
+                                      "distributed.reward_workers=2", "distributed.cpus_per_reward_worker=0.25",
+                                      "distributed.reference_worker=true",
+                                      "distributed.cpus_per_reference_worker=0.25"]))
+    assert _metrics(here) == _metrics(actors)
+    assert all(m["kl"] != 0 for m in read_metrics(actors)[1:])  # the reference was used
+    assert all(m["reward/correctness/reward_worker_restarts"] == 0 for m in read_metrics(actors))
+
+
+def test_a_dead_reward_worker_is_replaced_and_results_match_local_verification():
+    from rlvr.distributed.ray_groups import RayVerifierPool
+    from rlvr.tasks import build_task
+
+    cfg = load_config(GRPO, ["distributed.backend=ray", "distributed.reward_workers=2",
+                             "distributed.cpus_per_reward_worker=0.25"])
+    task = build_task(cfg.task.name, cfg.task.params)
+    records = list(task.train[:6])
+    pairs = [(f"answer: {r.answer if i % 2 else 'nonsense'}", r) for i, r in enumerate(records)]
+    expected = [(v.reward, v.correct) for v in (task.verify(t, r) for t, r in pairs)]
+    pool = RayVerifierPool(cfg, processes=1, timeout=5.0)
+    try:
+        assert [(v.reward, v.correct) for v in pool.map(pairs)] == expected
+        assert any(c for _, c in expected) and not all(c for _, c in expected)
+        ray.kill(pool.actors[0])  # a node or process dying
+        assert [(v.reward, v.correct) for v in pool.map(pairs)] == expected
+        stats = pool.stats()
+        # the killed actor's counters (its 3 calls of the first batch) died with it
+        assert stats["actor_restarts"] == 1 and stats["calls"] == 2 * len(pairs) - 3
+    finally:
+        pool.close()
+
+
+def test_an_actor_the_cluster_cannot_place_stops_with_the_knob_to_turn():
+    from rlvr.distributed.ray_groups import RewardWorker, start_actor
+
+    with pytest.raises(RuntimeError, match="Lower distributed.cpus_per_reward_worker"):
+        start_actor(ray, RewardWorker, ("addition", {}, 1, 5.0), num_cpus=64, num_gpus=0, what="reward worker",
+                    knob="distributed.cpus_per_reward_worker", timeout=2.0)
+
+
+def test_worker_groups_need_the_ray_backend():
+    with pytest.raises(ConfigError, match="distributed.reward_workers: reward workers are Ray actors"):
+        load_config(GRPO, ["distributed.reward_workers=2"])
+    with pytest.raises(ConfigError, match="distributed.reference_worker: the reference worker is a Ray actor"):
+        load_config(GRPO, ["distributed.reference_worker=true"])
+    with pytest.raises(ConfigError, match="the reward workers run the `correctness` verifier"):
+        load_config(GRPO, ["distributed.backend=ray", "distributed.reward_workers=1",
+                           "rewards=[{name: format}]"])
+
+
+def test_the_reference_worker_matches_a_local_reference_and_survives_a_kill():
+    import torch
+
+    from rlvr.distributed.ray_groups import RemoteReference
+    from rlvr.models import load_causal_lm
+    from rlvr.trainer.logprobs import forward_tokens
+    from rlvr.types import Batch, Group, Sample, TaskRecord
+
+    cfg = load_config(GRPO, ["distributed.backend=ray", "distributed.reference_worker=true",
+                             "distributed.cpus_per_reference_worker=0.25"])
+    samples = [Sample(prompt_ids=[5, 6, 7], response_ids=[8, 9, 10, 11][: 2 + i], reward=0.0) for i in range(3)]
+    batch = Batch.from_groups([Group(TaskRecord(id="0", question=""), [5, 6, 7], samples)], pad_id=0)
+    local = forward_tokens(load_causal_lm(cfg.model.path), batch.input_ids, batch.attention_mask, batch.mask).logprobs
+    ref = RemoteReference(cfg, str(cfg.model.path))
+    try:
+        torch.testing.assert_close(ref.remote_logprobs(batch, 1.0, 2), local)
+        ref.load_state_dict({k: v * 0 for k, v in load_causal_lm(cfg.model.path).state_dict().items()})  # a reset
+        ray.kill(ref.actor)
+        zeroed = ref.remote_logprobs(batch, 1.0, 2)  # a new actor, given the reset weights again
+        assert ref.restarts == 1 and not torch.allclose(zeroed, local)
+        assert all(float(v.abs().sum()) == 0 for v in ref.state_dict().values() if v.is_floating_point())
+    finally:
+        ref.close()

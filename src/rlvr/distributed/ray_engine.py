@@ -37,6 +37,18 @@ def _require_ray() -> Any:
     return ray
 
 
+def connect_ray(cfg: Any) -> Any:
+    """The `ray` module, connected: to `distributed.address`, or to a local runtime started here."""
+    ray = _require_ray()
+    dist = cfg.distributed
+    if not ray.is_initialized():
+        if dist.address:
+            ray.init(address=dist.address, include_dashboard=False, log_to_driver=False)
+        else:
+            ray.init(num_cpus=dist.num_cpus, include_dashboard=False, log_to_driver=False)
+    return ray
+
+
 class RolloutWorker:
     """The actor body: a policy copy and a local engine. Plain class; wrapped with ray.remote at start-up."""
 
@@ -93,15 +105,9 @@ class RayEngine(RolloutEngine):
     """`distributed.rollout_workers` rollout actors, colocated on one machine or spread over a cluster."""
 
     def __init__(self, cfg: Any, model_path: str):
-        ray = _require_ray()
-        self.ray = ray
+        self.ray = connect_ray(cfg)
         self.cfg = cfg
         dist = cfg.distributed
-        if not ray.is_initialized():
-            if dist.address:
-                ray.init(address=dist.address, include_dashboard=False, log_to_driver=False)
-            else:
-                ray.init(num_cpus=dist.num_cpus, include_dashboard=False, log_to_driver=False)
         self.policy_version = 0
         self.workers: list[Any] = []
         self.model_path = model_path

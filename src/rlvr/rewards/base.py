@@ -68,11 +68,20 @@ class CorrectnessReward:
         self.workers, self.timeout = workers, timeout
         self._pool: Any = None
         self._pool_task: Any = None
+        self._remote = False  # the pool was handed in (Ray reward workers): keep it for every task
+
+    def use_pool(self, pool: Any) -> None:
+        """Verify through `pool` (anything with `VerifierPool`'s map/stats/reset_stats/close), e.g. the Ray
+        reward workers of `distributed.reward_workers`."""
+        self.close()
+        self._pool, self._remote = pool, True
 
     def _verify_all(self, pairs: list[tuple[str, Any]], task: Any) -> list[Any]:
         """VerifyResults for (text, record) pairs; failures become reward 0 with `meta['verifier_failure']`."""
         from rlvr.tasks.base import VerifyResult
 
+        if self._remote:
+            return self._pool.map(pairs)
         if self.workers > 0 and len(pairs) > 1:
             from rlvr.rewards.pool import VerifierPool
 
@@ -113,13 +122,16 @@ class CorrectnessReward:
             return {}
         stats = self._pool.stats()
         self._pool.reset_stats()
-        return {"verify_calls_per_s": stats.get("calls_per_s", 0.0), "verifier_timeouts": stats.get("timeouts", 0),
-                "verifier_crashes": stats.get("crashes", 0), "verifier_restarts": stats.get("restarts", 0)}
+        out = {"verify_calls_per_s": stats.get("calls_per_s", 0.0), "verifier_timeouts": stats.get("timeouts", 0),
+               "verifier_crashes": stats.get("crashes", 0), "verifier_restarts": stats.get("restarts", 0)}
+        if "actor_restarts" in stats:
+            out["reward_worker_restarts"] = stats["actor_restarts"]
+        return out
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.close()
-            self._pool = None
+            self._pool, self._remote = None, False
 
 
 @dataclass

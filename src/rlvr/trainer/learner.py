@@ -203,7 +203,11 @@ class Learner:
                 batch.old_logprobs = old
         if needs_reference(self.cfg):
             assert self.reference is not None, "a reference model is needed but was not loaded"
-            batch.ref_logprobs, _ = self._forward_all(self.reference, batch)
+            if hasattr(self.reference, "remote_logprobs"):  # a Ray reference worker (distributed.reference_worker)
+                batch.ref_logprobs = self.reference.remote_logprobs(batch, self.temperature,
+                                                                    self.cfg.train.micro_batch_size).to(self.device)
+            else:
+                batch.ref_logprobs, _ = self._forward_all(self.reference, batch)
         if self.critic is not None:
             batch.values = self._values_all(batch)
 

@@ -238,6 +238,9 @@ def _train(cfg: Config, run_dir: Path, resume: bool, stop_after: int | None, tas
         run.reward_fn.close()
         if run.env_factory is not None:
             run.env_factory.close()
+        close_reference = getattr(run.learner.reference, "close", None)  # a Ray reference worker
+        if callable(close_reference):
+            close_reference()
         shutdown = getattr(run.engine, "shutdown", None)
         if callable(shutdown):
             shutdown()
@@ -256,7 +259,11 @@ def _build(cfg: Config, run_dir: Path, resume: bool, task: Any, tokenizer: Any, 
         policy = apply_lora(policy, lora)
     check_vocab(tokenizer, policy)
     reference = None
-    if needs_reference(cfg):
+    if needs_reference(cfg) and cfg.distributed.reference_worker:  # a Ray actor of its own
+        from rlvr.distributed.ray_groups import RemoteReference
+
+        reference = RemoteReference(cfg, str(cfg.model.reference_path or cfg.model.path))
+    elif needs_reference(cfg):
         reference = load_causal_lm(cfg.model.reference_path or cfg.model.path, dtype=dtype, device=device,
                                    trust_remote_code=cfg.model.trust_remote_code, trainable=False,
                                    key="model.reference_path" if cfg.model.reference_path else "model.path")
@@ -270,6 +277,13 @@ def _build(cfg: Config, run_dir: Path, resume: bool, task: Any, tokenizer: Any, 
     reward_fn = RewardFunction.from_config(cfg.rewards, RewardContext(
         policy=policy, tokenizer=tokenizer, temperature=cfg.rollout.temperature,
         max_new_tokens=cfg.rollout.max_new_tokens))
+    if cfg.distributed.reward_workers:  # the verifier runs on Ray actors (distributed.reward_workers)
+        from rlvr.distributed.ray_groups import RayVerifierPool
+        from rlvr.rewards.base import CorrectnessReward
+
+        for term in reward_fn.terms:
+            if isinstance(term.component, CorrectnessReward):
+                term.component.use_pool(RayVerifierPool(cfg, term.component.workers, term.component.timeout))
     sharded = None
     if cfg.distributed.learner == "fsdp2":
         if dp.world_size() > 1:  # the learner trains a sharded copy; `policy` stays whole for rollouts
