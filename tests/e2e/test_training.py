@@ -49,6 +49,20 @@ def test_grpo_raises_reward_on_the_builtin_task(tmp_path):
     assert after["pass@k"]["1"] > 0.4
 
 
+@pytest.mark.parametrize("engine", ["hf", "fast"])
+def test_every_step_samples_from_the_policy_it_trains(tmp_path, engine):
+    """On-policy means the engine's behaviour log-probs are the learner's: with one epoch and one mini-batch the
+    first forward must reproduce them (ratio 1, nothing clipped) at every step, i.e. after every optimizer
+    step the engine sees the new weights. A stale sampler shows up here as approx_kl_old > 0."""
+    run_dir = train(_cfg(tmp_path / "run", f"rollout.engine={engine}", "train.steps=4", "train.prompts_per_step=8",
+                         "rollout.n=4", "rollout.max_new_tokens=48", "train.mini_batches=1", "train.ppo_epochs=1",
+                         "checkpoint.every=0", "optim.lr=3e-3"))
+    metrics = read_metrics(run_dir)
+    assert sum(m["grad_norm"] > 0 for m in metrics[:-1]) >= 2  # the weights did change between steps
+    assert all(m["approx_kl_old"] < 1e-7 and m["clip_frac"] == 0 for m in metrics), \
+        [(m["approx_kl_old"], m["clip_frac"]) for m in metrics]
+
+
 def _comparable(rows):
     return [{k: v for k, v in r.items() if not k.endswith(TIMING)} for r in rows]
 

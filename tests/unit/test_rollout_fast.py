@@ -226,21 +226,29 @@ def test_a_stop_string_is_matched_in_the_response_only(builtin):
     assert (cut.response_ids, cut.finish_reason) == (free.response_ids, free.finish_reason)
 
 
-def test_weight_updates_are_seen_without_a_sync(model_and_tok):
+@pytest.mark.parametrize("optimizer", ["sgd", "fused_adamw"])
+def test_weight_updates_are_seen_without_a_sync(model_and_tok, optimizer):
     """Fused weight copies follow in-place parameter changes (an optimizer step), so sampling never uses
-    stale weights; greedy output then still equals the HF engine's on the changed model."""
+    stale weights; greedy output then still equals the HF engine's on the changed model. Fused AdamW (the
+    trainer's default) updates parameters without bumping their version counters: it must be seen too."""
     model, tok = model_and_tok
     trained = load_causal_lm(model.name_or_path)
     fast, hf = FastEngine(trained, tok), HFEngine(trained, tok)
     prompts = [tok(t)["input_ids"] for t in TEXTS]
     params = SamplingParams(n=1, temperature=0.0, max_new_tokens=12)
     fast.generate(prompts, params)
-    opt = torch.optim.SGD(trained.parameters(), lr=0.5)
+    opt = (torch.optim.SGD(trained.parameters(), lr=0.5) if optimizer == "sgd"
+           else torch.optim.AdamW(trained.parameters(), lr=0.05, fused=True))
     out = trained(input_ids=torch.tensor([prompts[0]])).logits
     (-out[0, -1, 7]).backward()  # push the next token towards byte 7
     opt.step()
     a, b = fast.generate(prompts, params), hf.generate(prompts, params)
     assert [s.response_ids for g in a for s in g] == [s.response_ids for g in b for s in g]
+    # and the behaviour log-probs are those of the updated model
+    torch.manual_seed(0)
+    sampled = fast.generate(prompts, SamplingParams(n=2, temperature=1.0, max_new_tokens=12))
+    learner, behaviour = _learner_logprobs(fast, prompts, sampled, 1.0)
+    torch.testing.assert_close(learner, behaviour, atol=2e-4, rtol=0)
 
 
 def test_policy_version_is_recorded(engine):

@@ -8,8 +8,8 @@ over the model's weights instead of calling `model.generate`:
   writes one position per row and attends over the filled prefix only;
 - a row that finishes (EOS, stop string) is compacted out: the last live row moves into its slot, so the
   batch shrinks and no compute is spent on finished sequences;
-- small models get fused q|k|v and gate|up weight copies (fewer, larger matmuls); the copies are refreshed
-  whenever the model's parameters change (their version counters), so an optimizer step is always seen;
+- small models get fused q|k|v and gate|up weight copies (fewer, larger matmuls); the copies are rewritten
+  from the parameters before every `generate`, so an optimizer step (fused AdamW included) is always seen;
 - `compile=True` compiles the per-token decoder step with torch.compile (dynamic shapes).
 
 The behaviour log-probs are log softmax(logits / T) before top-k/top-p, as in `rlvr.rollout.hf` and the
@@ -105,23 +105,19 @@ class _Decoder:
         w_gu = sum(2 * layer.mlp.gate_proj.weight.numel() for layer in model.model.layers)
         self.fuse_qkv = w_qkv * param.element_size() <= FUSE_LIMIT_BYTES
         self.fuse_gate_up = w_gu * param.element_size() <= FUSE_LIMIT_BYTES
-        self._versions: list[int] = []
         self._rope_len = 0
         self._slot_cache: dict[tuple[Any, ...], torch.Tensor] = {}
         self.refresh()
 
     # -- weights -----------------------------------------------------------------------------------------
 
-    def _param_versions(self) -> list[int]:
-        return [p._version for p in self.model.parameters()] + [id(p) for p in self.model.parameters()]
-
     @torch.no_grad()
-    def refresh(self, force: bool = False) -> None:
-        """Bring the fused weight copies up to date if any parameter changed since the last call. Fused
-        buffers are rewritten in place, so their identity (and a compiled step's guards) stay the same."""
-        versions = self._param_versions()
-        if not force and versions == self._versions:
-            return
+    def refresh(self) -> None:
+        """Bring the fused weight copies up to date with the model's parameters. Called before every
+        `generate`: change detection through tensor version counters is not reliable (fused AdamW updates
+        parameters without bumping them), and the copy is cheap next to generation (fusion is limited to
+        FUSE_LIMIT_BYTES). Fused buffers are rewritten in place, so their identity (and a compiled step's
+        guards) stay the same."""
         m = self.model
         old = getattr(self, "layers", None)
         layers = []
@@ -137,7 +133,6 @@ class _Decoder:
         self.embed = m.model.embed_tokens.weight
         self.norm = m.model.norm.weight
         self.head = (m.lm_head.weight, m.lm_head.bias)
-        self._versions = self._param_versions()
 
     @staticmethod
     def _fuse(linears: list[Any], fuse: bool, old: list[tuple[torch.Tensor, torch.Tensor | None]] | None
