@@ -101,8 +101,9 @@ class ModelConfig(Strict):
 
 
 class RolloutConfig(Strict):
-    engine: str = Field("hf", description="Rollout engine: hf (transformers generate), fast (rlvr's KV-cache "
-                        "engine), vllm (GPU).")
+    engine: str = Field("fast", description="Rollout engine: fast (rlvr's KV-cache engine; falls back to "
+                        "transformers generate for architectures it does not know), hf (transformers generate), "
+                        "vllm (GPU).")
     engine_options: dict[str, Any] = Field(default_factory=dict, description="The engine's own options, e.g. "
                                            "fast: {compile: true}.")
     n: int = Field(8, ge=1, description="Samples per prompt (the group size).")
