@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -12,26 +11,18 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from ranks import free_port, random_groups
 
 from rlvr.config import Config
 from rlvr.models import load_causal_lm
 from rlvr.trainer.learner import Learner
-from rlvr.types import Batch, Group, Sample, TaskRecord
+from rlvr.types import Batch, Group
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _groups() -> list[Group]:
-    gen = torch.Generator().manual_seed(0)
-    groups = []
-    for g in range(4):
-        samples = []
-        for i in range(2):
-            resp = torch.randint(2, 60, (3 + i + g,), generator=gen).tolist()
-            samples.append(Sample(prompt_ids=[5, 6, 7], response_ids=resp, reward=float((g + i) % 2),
-                                  correct=bool((g + i) % 2), logprobs=[-1.0] * len(resp)))
-        groups.append(Group(TaskRecord(id=str(g), question=""), [5, 6, 7], samples))
-    return groups
+    return random_groups(4, seed=0, length=lambda g, i: 3 + i + g)
 
 
 def _cfg() -> Config:
@@ -57,17 +48,11 @@ def _rank_main(rank: int, world: int, port: int, model_dir: str, out: str) -> No
     dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_two_ranks_make_exactly_the_single_process_update(tmp_path, tiny_model_dir):
     single = load_causal_lm(tiny_model_dir)
     _update(single, _groups())
     out = tmp_path / "rank0.pt"
-    mp.spawn(_rank_main, args=(2, _free_port(), str(tiny_model_dir), str(out)), nprocs=2, join=True)
+    mp.spawn(_rank_main, args=(2, free_port(), str(tiny_model_dir), str(out)), nprocs=2, join=True)
     ranked = torch.load(out)
     for name, p in single.state_dict().items():
         torch.testing.assert_close(ranked[name], p, atol=2e-6, rtol=1e-5, msg=name)
@@ -80,7 +65,7 @@ def test_torchrun_trains_with_two_ranks(tmp_path):
     run_dir = tmp_path / "run"
     torchrun = Path(sys.executable).parent / "torchrun"
     proc = subprocess.run(
-        [str(torchrun), "--nproc_per_node=2", "--master_port", str(_free_port()), "-m", "rlvr", "train",
+        [str(torchrun), "--nproc_per_node=2", "--master_port", str(free_port()), "-m", "rlvr", "train",
          str(ROOT / "recipes" / "grpo.yaml"), f"run.dir={run_dir}", "train.steps=2", "train.prompts_per_step=4",
          "rollout.n=4", "rollout.max_new_tokens=48", "eval.before=false", "eval.after=false",
          "logging.progress=false", "checkpoint.every=0", "train.mini_batches=1"],

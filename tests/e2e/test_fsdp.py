@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,29 +15,21 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from ranks import free_port, random_groups
 
 from rlvr.config import Config, ConfigError
 from rlvr.distributed import data_parallel as dp
 from rlvr.distributed import fsdp
 from rlvr.models import load_causal_lm
 from rlvr.trainer.learner import Learner
-from rlvr.types import Batch, Group, Sample, TaskRecord
+from rlvr.types import Batch, Group
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _groups() -> list[Group]:
     """Three groups of different lengths: rank 0 gets two (two micro-batches), rank 1 one (one micro-batch)."""
-    gen = torch.Generator().manual_seed(1)
-    groups = []
-    for g in range(3):
-        samples = []
-        for i in range(2):
-            resp = torch.randint(2, 60, (2 + 3 * i + g,), generator=gen).tolist()
-            samples.append(Sample(prompt_ids=[5, 6, 7], response_ids=resp, reward=float((g + i) % 2),
-                                  correct=bool((g + i) % 2), logprobs=[-1.0] * len(resp)))
-        groups.append(Group(TaskRecord(id=str(g), question=""), [5, 6, 7], samples))
-    return groups
+    return random_groups(3, seed=1, length=lambda g, i: 2 + 3 * i + g)
 
 
 def _cfg() -> Config:
@@ -76,17 +67,11 @@ def _rank_main(rank: int, world: int, port: int, model_dir: str, out: str) -> No
     dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_two_fsdp2_ranks_make_the_single_process_update(tmp_path, tiny_model_dir):
     single = load_causal_lm(tiny_model_dir)
     learner = _update(single, _groups())
     out = tmp_path / "rank0.pt"
-    mp.spawn(_rank_main, args=(2, _free_port(), str(tiny_model_dir), str(out)), nprocs=2, join=True)
+    mp.spawn(_rank_main, args=(2, free_port(), str(tiny_model_dir), str(out)), nprocs=2, join=True)
     got = torch.load(out, weights_only=False)
     # Two AdamW steps at lr 1e-2 move every weight by ~2e-2; the sharded run sums gradients in another order, and
     # Adam turns that float32 noise into ~1e-6 differences (most on k_proj.bias, whose gradient is ~0: softmax
@@ -132,7 +117,7 @@ def test_torchrun_fsdp2_trains_checkpoints_and_resumes(tmp_path):
 
     def launch(*args: str) -> None:
         proc = subprocess.run(
-            [str(torchrun), "--nproc_per_node=2", "--master_port", str(_free_port()), "-m", "rlvr", "train", *args], cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
+            [str(torchrun), "--nproc_per_node=2", "--master_port", str(free_port()), "-m", "rlvr", "train", *args], cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
             text=True, timeout=600)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
