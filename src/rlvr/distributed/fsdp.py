@@ -22,6 +22,7 @@ difference.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -77,7 +78,7 @@ def shard_model(model: Any) -> Any:
     return model
 
 
-def local_grad_sq_norm(params: list[torch.nn.Parameter]) -> torch.Tensor:
+def grad_sq_norm(params: list[torch.nn.Parameter]) -> torch.Tensor:
     """Sum of squared gradient entries, over all ranks' shards for sharded parameters and once for whole ones."""
     sharded = torch.zeros((), dtype=torch.float64)
     whole = torch.zeros((), dtype=torch.float64)
@@ -96,8 +97,8 @@ def local_grad_sq_norm(params: list[torch.nn.Parameter]) -> torch.Tensor:
 def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float) -> float:
     """`torch.nn.utils.clip_grad_norm_` for a mix of sharded and whole parameters: the global norm, and every
     gradient scaled by min(1, max_norm / norm)."""
-    norm = float(local_grad_sq_norm(params).sqrt())
-    if max_norm < float("inf") and norm > max_norm and norm == norm:
+    norm = float(grad_sq_norm(params).sqrt())
+    if math.isfinite(norm) and norm > max_norm:
         coef = max_norm / (norm + 1e-6)
         for p in params:
             if p.grad is not None:

@@ -13,6 +13,7 @@ learner trains (see `rlvr/trainer/async_loop.py`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -35,6 +36,12 @@ def _require_ray() -> Any:
     except ImportError:
         raise RuntimeError("distributed.backend=ray needs Ray: pip install 'rlvr[ray]'") from None
     return ray
+
+
+def kill_actor(ray: Any, actor: Any) -> None:
+    """Kill an actor; one that is already gone has nothing left to release."""
+    with contextlib.suppress(Exception):
+        ray.kill(actor)
 
 
 def connect_ray(cfg: Any) -> Any:
@@ -189,10 +196,7 @@ class RayEngine(RolloutEngine):
 
     def shutdown(self) -> None:
         for w in self.workers:
-            try:
-                self.ray.kill(w)
-            except Exception:
-                pass
+            kill_actor(self.ray, w)
         self.workers = []
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from rlvr.distributed.ray_engine import _split, connect_ray
+from rlvr.distributed.ray_engine import _split, connect_ray, kill_actor
 from rlvr.types import Batch
 
 log = logging.getLogger("rlvr.distributed")
@@ -121,10 +121,7 @@ class RayVerifierPool:
 
     def close(self) -> None:
         for a in self.actors:
-            try:
-                self.ray.kill(a)
-            except Exception:  # already gone: nothing to release
-                pass
+            kill_actor(self.ray, a)
         self.actors = []
 
 
@@ -210,7 +207,4 @@ class RemoteReference:
         return self._call("state_dict")
 
     def close(self) -> None:
-        try:
-            self.ray.kill(self.actor)
-        except Exception:  # already gone: nothing to release
-            pass
+        kill_actor(self.ray, self.actor)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
 import torch
 
 from rlvr.config import OptimConfig
+
+log = logging.getLogger("rlvr.optim")
 
 
 def build_optimizer(model: torch.nn.Module, cfg: OptimConfig,
@@ -27,8 +30,8 @@ def build_optimizer(model: torch.nn.Module, cfg: OptimConfig,
     if cfg.fused and _fused_ok(groups):
         try:
             return torch.optim.AdamW(groups, fused=True, **kwargs)
-        except (RuntimeError, TypeError, ValueError):  # this torch or device has no fused kernel
-            pass
+        except (RuntimeError, TypeError, ValueError) as err:  # this torch or device has no fused kernel
+            log.info("fused AdamW is not available here (%s); using the standard kernel", err)
     return torch.optim.AdamW(groups, **kwargs)
 
 
