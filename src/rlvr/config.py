@@ -244,6 +244,11 @@ class DistributedConfig(Strict):
     cpus_per_reference_worker: float = Field(1.0, gt=0)
     gpus_per_reference_worker: float = Field(0.0, ge=0, description="> 0 puts the reference on a GPU of its own "
                                              "(or a fraction of one).")
+    learner_workers: int = Field(0, ge=0, description="Data-parallel learner ranks as Ray actors (one process "
+                                 "group; docs/scaling.md); 0: the learner runs in the controller.")
+    cpus_per_learner_worker: float = Field(1.0, gt=0)
+    gpus_per_learner_worker: float = Field(0.0, ge=0, description="> 0 puts each learner rank on a GPU of its "
+                                           "own (NCCL between ranks), or a fraction of one.")
     mode: Literal["sync", "async"] = Field("sync", description="async: workers generate the next batches while "
                                            "the learner trains (needs backend=ray).")
     max_staleness: int = Field(1, ge=0, description="async: a sample may be at most this many policy versions "
@@ -379,6 +384,12 @@ def resolve_components(cfg: Config) -> list[str]:
         if d.reference_worker:
             problems.append("distributed.reference_worker: the reference worker is a Ray actor; set "
                             "distributed.backend=ray (or reference_worker=false)")
+        if d.learner_workers:
+            problems.append("distributed.learner_workers: learner workers are Ray actors; set distributed.backend=ray "
+                            "(or learner_workers=0; for a data-parallel learner without Ray, use torchrun)")
+    if d.learner_workers and d.reference_worker:
+        problems.append("distributed.reference_worker: with distributed.learner_workers every learner rank holds "
+                        "its own reference; set reference_worker=false")
     if d.reward_workers and "correctness" not in [r.name for r in cfg.rewards]:
         problems.append("distributed.reward_workers: the reward workers run the `correctness` verifier, and "
                         f"rewards has none ({', '.join(r.name for r in cfg.rewards)}); set reward_workers=0")

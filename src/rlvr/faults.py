@@ -7,6 +7,7 @@ Set `RLVR_FAULTS` to a comma-separated list of `action:point:steps`:
     RLVR_FAULTS="kill:optimizer:2"        SIGKILL between step 2's backward pass and its optimizer step
     RLVR_FAULTS="nan:loss:2-4"            make the loss of steps 2..4 NaN
     RLVR_FAULTS="kill:worker:3"           kill rollout worker 0 (a Ray actor) at the 3rd generation request
+    RLVR_FAULTS="kill:learner:2"          kill the last learner worker (a Ray actor) at the 2nd update
 
 Unset (the normal case), every check is a dictionary lookup that finds nothing.
 """
@@ -18,7 +19,7 @@ import signal
 from functools import lru_cache
 
 ACTIONS = ("kill", "nan")
-POINTS = ("rollout", "optimizer", "checkpoint", "loss", "worker")
+POINTS = ("rollout", "optimizer", "checkpoint", "loss", "worker", "learner")
 
 
 @lru_cache(maxsize=4)

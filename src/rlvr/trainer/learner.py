@@ -284,35 +284,70 @@ class Learner:
                     train_tokens += mb.num_tokens
                 for _ in range(padding):
                     self._dummy_pass(batch)
-                # data-parallel ranks: sum, losses are globally normed (FSDP has summed the sharded ones)
-                dp.all_reduce_gradients([p for p in self._trainable() if not fsdp.is_sharded(p)])
-                if self.critic is not None and self.critic.separate:
-                    dp.all_reduce_gradients(self.critic.parameters())
-                loss_total = dp.sum_floats(loss_total)[0]
-                grad_norm = self._clip_and_norm()
-                if not (math.isfinite(loss_total) and math.isfinite(grad_norm)):
-                    self.optimizer.zero_grad(set_to_none=True)
+                grad_norm = self._reduce_and_step(loss_total, critic_only)
+                if grad_norm is None:
                     skipped += 1
-                    log.warning("RL step %d: non-finite loss (%s) or gradient norm (%s); optimizer step skipped, "
-                                "optimizer state untouched", self.updates + 1, loss_total, grad_norm)
-                    continue
-                faults.kill_point("optimizer", self.updates + 1)
-                if not critic_only:
-                    self.optimizer.step()
-                    self.scheduler.step()
-                elif not self.critic.separate:  # warm-up of a head: step it alone
-                    self.optimizer.step()
-                if self.critic is not None and self.critic.optimizer is not None:
-                    torch.nn.utils.clip_grad_norm_(self.critic.parameters(), 1.0)
-                    self.critic.optimizer.step()
+                else:
+                    grad_norms.append(grad_norm)
+        metrics = {k: v / max(tokens_seen, 1.0) for k, v in sums.items()}
+        return self._finish(metrics, tokens_seen, len(batch), grad_norms, skipped, train_tokens, critic_only,
+                            batch, train_mask)
+
+    def idle_update(self) -> dict[str, float]:
+        """`update` for a data-parallel rank that was dealt no groups this step: it joins every collective with
+        zero contributions and so applies the same optimizer steps as the ranks that had data."""
+        critic_only = self.critic is not None and self.updates < self.critic.cfg.warmup_steps
+        grad_norms: list[float] = []
+        skipped = 0
+        for _ in range(self.cfg.train.ppo_epochs * self.cfg.train.mini_batches):
+            dp.sum_floats(0.0, 0.0, 0.0)  # the mini-batch normalizers
+            self.optimizer.zero_grad(set_to_none=True)
+            if self.critic is not None and self.critic.optimizer is not None:
+                self.critic.optimizer.zero_grad(set_to_none=True)
+            grad_norm = self._reduce_and_step(0.0, critic_only)
+            if grad_norm is None:
+                skipped += 1
+            else:
                 grad_norms.append(grad_norm)
+        return self._finish({}, 0.0, 0, grad_norms, skipped, 0, critic_only, None, None)
+
+    def _reduce_and_step(self, loss_total: float, critic_only: bool) -> float | None:
+        """Sum gradients and loss over data-parallel ranks, clip, and step. Returns the gradient norm, or None
+        when the loss or the gradient is not finite and the step was skipped."""
+        # data-parallel ranks: sum, losses are globally normed (FSDP has summed the sharded ones)
+        dp.all_reduce_gradients([p for p in self._trainable() if not fsdp.is_sharded(p)])
+        if self.critic is not None and self.critic.separate:
+            dp.all_reduce_gradients(self.critic.parameters())
+        loss_total = dp.sum_floats(loss_total)[0]
+        grad_norm = self._clip_and_norm()
+        if not (math.isfinite(loss_total) and math.isfinite(grad_norm)):
+            self.optimizer.zero_grad(set_to_none=True)
+            log.warning("RL step %d: non-finite loss (%s) or gradient norm (%s); optimizer step skipped, "
+                        "optimizer state untouched", self.updates + 1, loss_total, grad_norm)
+            return None
+        faults.kill_point("optimizer", self.updates + 1)
+        if not critic_only:
+            self.optimizer.step()
+            self.scheduler.step()
+        elif not self.critic.separate:  # warm-up of a head: step it alone
+            self.optimizer.step()
+        if self.critic is not None and self.critic.optimizer is not None:
+            torch.nn.utils.clip_grad_norm_(self.critic.parameters(), 1.0)
+            self.critic.optimizer.step()
+        return grad_norm
+
+    def _finish(self, metrics: dict[str, float], tokens_seen: float, rows: int, grad_norms: list[float],
+                skipped: int, train_tokens: int, critic_only: bool, batch: Batch | None,
+                train_mask: torch.Tensor | None) -> dict[str, float]:
+        """Count the update, move the KL and entropy controllers (on the token-weighted mean over data-parallel
+        ranks, so every rank keeps the same coefficients) and assemble the update's metrics."""
         self.updates += 1
         self.skipped_steps += skipped
-        metrics = {k: v / max(tokens_seen, 1.0) for k, v in sums.items()}
-        if "kl" in metrics:
-            self.kl_ctl.update(metrics["kl"], len(batch))
-        if "entropy" in metrics:
-            self.entropy_ctl.update(metrics["entropy"], len(batch))
+        kl_sum, entropy_sum, tokens, all_rows = dp.sum_floats(
+            metrics.get("kl", 0.0) * tokens_seen, metrics.get("entropy", 0.0) * tokens_seen, tokens_seen, rows)
+        if tokens > 0:
+            self.kl_ctl.update(kl_sum / tokens, int(all_rows))
+            self.entropy_ctl.update(entropy_sum / tokens, int(all_rows))
         metrics.update(
             grad_norm=sum(grad_norms) / len(grad_norms) if grad_norms else float("nan"),
             lr=self.scheduler.get_last_lr()[0],
@@ -323,7 +358,7 @@ class Learner:
         )
         if self.cfg.algorithm.entropy_coef > 0:
             metrics["entropy_coef"] = float(self.entropy_ctl.value)
-        if batch.token_filter is not None:
+        if batch is not None and train_mask is not None and batch.token_filter is not None:
             metrics["trained_token_frac"] = float(train_mask.sum() / batch.mask.sum().clamp(min=1))
         return metrics
 

@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -74,6 +74,9 @@ from rlvr.trainer.learner import Learner, needs_reference
 from rlvr.trainer.memory import check_memory
 from rlvr.types import Batch, Group, TaskRecord
 
+if TYPE_CHECKING:
+    from rlvr.distributed.ray_learner import RayLearnerGroup
+
 log = logging.getLogger("rlvr.train")
 
 CONSOLE_KEYS = ("reward", "acc", "len", "entropy", "kl", "clip", "step_s")
@@ -99,6 +102,9 @@ def train(cfg: Config, *, resume: bool = False, stop_after: int | None = None) -
     `stop_after` ends this invocation after that many steps in total, as if interrupted (tests use it).
     """
     multi_rank = dp.init_from_env()  # torchrun: a data-parallel learner over the ranks
+    if multi_rank and cfg.distributed.learner_workers:
+        raise ConfigError("distributed.learner_workers: the learner ranks are Ray actors, so run this recipe with "
+                          "`rlvr train`, not under torchrun (or set learner_workers=0)")
     # Everything that can fail on bad input is checked before the run directory or any compute exists.
     task = build_task(cfg.task.name, cfg.task.params)
     tokenizer = load_tokenizer(cfg.model.tokenizer_path or cfg.model.path,
@@ -150,7 +156,7 @@ class Run:
     engine: Any
     renderer: PromptRenderer
     reward_fn: RewardFunction
-    learner: Learner
+    learner: Learner | RayLearnerGroup
     sampler: BatchSampler
     params: SamplingParams
     start_step: int = 0
@@ -160,12 +166,28 @@ class Run:
     step: int = 0  # the step being sampled (the agent's turn-budget schedule reads it)
     sharded_policy: Any = None  # distributed.learner=fsdp2: the learner's sharded model (`policy` is a whole copy)
 
+    def learn(self, groups: list[Group]) -> dict[str, float]:
+        """One RL update on the step's groups: here, or on the Ray learner ranks (`distributed.learner_workers`)."""
+        if isinstance(self.learner, Learner):
+            return learn_on(self.learner, groups, self.tokenizer.pad_token_id)
+        from rlvr.distributed.ray_learner import LearnerWorkerLost
+
+        try:
+            return self.learner.learn(groups)
+        except LearnerWorkerLost as err:
+            previous = latest_checkpoint(self.run_dir)
+            raise TrainingError(f"{err}. Newest complete checkpoint: {previous or 'none'}; continue with: "
+                                f"rlvr train --resume {self.run_dir}") from None
+
     def publish_weights(self, version: int) -> None:
-        """Hand the updated policy to the engine (with FSDP2: first gather the shards into the whole copy)."""
+        """Hand the updated policy to the engine (with FSDP2: first gather the shards into the whole copy; with
+        Ray learner ranks: first fetch rank 0's weights)."""
         if self.sharded_policy is not None:
             from rlvr.distributed.fsdp import gather_into
 
             gather_into(self.sharded_policy, self.policy)
+        elif not isinstance(self.learner, Learner):
+            self.learner.pull_weights(self.policy)
         self.engine.sync_weights(self.policy, version=version)
 
     def checkpoint(self, step: int) -> Path:
@@ -238,9 +260,10 @@ def _train(cfg: Config, run_dir: Path, resume: bool, stop_after: int | None, tas
         run.reward_fn.close()
         if run.env_factory is not None:
             run.env_factory.close()
-        close_reference = getattr(run.learner.reference, "close", None)  # a Ray reference worker
-        if callable(close_reference):
-            close_reference()
+        for closing in (run.learner.reference, run.learner):  # a Ray reference worker, Ray learner ranks
+            close = getattr(closing, "close", None)
+            if callable(close):
+                close()
         shutdown = getattr(run.engine, "shutdown", None)
         if callable(shutdown):
             shutdown()
@@ -259,11 +282,12 @@ def _build(cfg: Config, run_dir: Path, resume: bool, task: Any, tokenizer: Any, 
         policy = apply_lora(policy, lora)
     check_vocab(tokenizer, policy)
     reference = None
-    if needs_reference(cfg) and cfg.distributed.reference_worker:  # a Ray actor of its own
+    local_learner = not cfg.distributed.learner_workers  # else Ray learner ranks, each with its own reference
+    if local_learner and needs_reference(cfg) and cfg.distributed.reference_worker:  # a Ray actor of its own
         from rlvr.distributed.ray_groups import RemoteReference
 
         reference = RemoteReference(cfg, str(cfg.model.reference_path or cfg.model.path))
-    elif needs_reference(cfg):
+    elif local_learner and needs_reference(cfg):
         reference = load_causal_lm(cfg.model.reference_path or cfg.model.path, dtype=dtype, device=device,
                                    trust_remote_code=cfg.model.trust_remote_code, trainable=False,
                                    key="model.reference_path" if cfg.model.reference_path else "model.path")
@@ -292,8 +316,14 @@ def _build(cfg: Config, run_dir: Path, resume: bool, task: Any, tokenizer: Any, 
             sharded = shard_model(copy.deepcopy(policy))
         else:
             log.warning("distributed.learner=fsdp2 shards over torchrun ranks; with one process it trains unsharded")
-    learner = Learner(sharded if sharded is not None else policy, cfg, reference,
-                      build_critic(cfg, policy, dtype, device))
+    learner: Learner | RayLearnerGroup
+    if not local_learner:  # data-parallel learner ranks as Ray actors
+        from rlvr.distributed.ray_learner import RayLearnerGroup
+
+        learner = RayLearnerGroup(cfg, str(checkpoint or cfg.model.path), tokenizer.pad_token_id)
+    else:
+        learner = Learner(sharded if sharded is not None else policy, cfg, reference,
+                          build_critic(cfg, policy, dtype, device))
     prompts = task.heldout if cfg.train.prompt_split == "heldout" else task.train  # heldout: test-time RL
     run = Run(
         cfg=cfg, run_dir=run_dir, task=task, prompts=prompts, tokenizer=tokenizer, policy=policy, engine=engine,
@@ -339,11 +369,7 @@ def _loop(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | None, 
             faults.kill_point("rollout", step)
 
             train_start = time.perf_counter()
-            batch = Batch.from_groups(groups, pad_id=run.tokenizer.pad_token_id)
-            batch, inputs = learner.prepare(batch)           # old/ref log-probs, values: only what is asked
-            advantages = learner.compute_advantages(batch, inputs)
-            record_advantages(groups, advantages, batch)
-            stats = learner.update(batch)
+            stats = run.learn(groups)                        # prepare, advantages, update (see learn_on)
             train_s = time.perf_counter() - train_start
             if cfg.algorithm.reference_reset_every and step % cfg.algorithm.reference_reset_every == 0:
                 learner.reset_reference()                    # ProRL: the reference moves to the policy
@@ -448,6 +474,16 @@ def build_critic(cfg: Config, policy: Any, dtype: torch.dtype, device: torch.dev
                                   trust_remote_code=cfg.model.trust_remote_code,
                                   key="algorithm.critic.path" if spec.path else "model.path")
     return Critic(spec, policy, backbone, device)
+
+
+def learn_on(learner: Learner, groups: list[Group], pad_id: int) -> dict[str, float]:
+    """The learner's part of a step: pad the groups into a batch, compute what the algorithm asks for (old/ref
+    log-probs, values), the advantages (written back to each sample for logs) and the update."""
+    batch = Batch.from_groups(groups, pad_id=pad_id)
+    batch, inputs = learner.prepare(batch)
+    advantages = learner.compute_advantages(batch, inputs)
+    record_advantages(groups, advantages, batch)
+    return learner.update(batch)
 
 
 def record_advantages(groups: list[Group], advantages: torch.Tensor, batch: Batch) -> None:

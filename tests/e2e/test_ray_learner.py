@@ -1,0 +1,131 @@
+"""The learner as a Ray actor group (distributed.learner_workers) on CPU: its update equals the single-process
+update, a rank dealt no group keeps in step, a recipe trains with Ray rollout workers plus Ray learner ranks,
+and a dead learner rank stops the run cleanly with a checkpoint to resume from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from ranks import random_groups
+
+ray = pytest.importorskip("ray")
+
+from rlvr.config import Config, ConfigError, load_config  # noqa: E402
+from rlvr.distributed.ray_learner import RayLearnerGroup, combine_stats, deal_groups  # noqa: E402
+from rlvr.models import load_causal_lm  # noqa: E402
+from rlvr.tracking import read_metrics  # noqa: E402
+from rlvr.trainer.learner import Learner  # noqa: E402
+from rlvr.trainer.loop import TrainingError, learn_on, train  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+GRPO = ROOT / "recipes" / "grpo.yaml"
+RAY = ["eval.before=false", "eval.after=false", "logging.progress=false", "distributed.backend=ray",
+       "distributed.num_cpus=2", "distributed.rollout_workers=2", "distributed.cpus_per_rollout_worker=0.5",
+       "distributed.learner_workers=2", "distributed.cpus_per_learner_worker=0.5"]
+
+
+@pytest.fixture(scope="module")
+def ray_runtime():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def _cfg(model_dir: Path) -> Config:
+    # recomputed old log-probs, a KL term against the reference, active grad clipping, uneven micro-batches
+    return Config.model_validate({
+        "model": {"path": str(model_dir)},
+        "train": {"steps": 5, "micro_batch_size": 2, "mini_batches": 1, "recompute_old_logprobs": True},
+        "algorithm": {"kl_coef": 0.05},
+        "optim": {"lr": 1e-2, "grad_clip": 0.5}, "rollout": {"n": 2},
+        "distributed": {"backend": "ray", "learner_workers": 2, "cpus_per_learner_worker": 0.5},
+    })
+
+
+def _groups(num_groups: int):
+    return random_groups(num_groups, seed=3, length=lambda g, i: 2 + 3 * i + g)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("num_groups", [3, 1], ids=["uneven", "one_rank_idle"])
+def test_two_learner_ranks_make_the_single_process_update(ray_runtime, tiny_model_dir, num_groups):
+    cfg = _cfg(tiny_model_dir)
+    local = Learner(load_causal_lm(tiny_model_dir), cfg, load_causal_lm(tiny_model_dir, trainable=False))
+    group = RayLearnerGroup(cfg, str(tiny_model_dir), pad_id=0)
+    try:
+        for _ in range(2):  # two updates: the second one uses AdamW's moments
+            local_groups, remote_groups = _groups(num_groups), _groups(num_groups)
+            expected = learn_on(local, local_groups, pad_id=0)
+            got = group.learn(remote_groups)
+            assert got["train_tokens"] == expected["train_tokens"]
+            for key in ("grad_norm", "lr", "kl", "pg_loss", "entropy"):
+                assert got[key] == pytest.approx(expected[key], rel=1e-4, abs=1e-6), key
+            for lg, rg in zip(local_groups, remote_groups):  # advantages come back to the controller's samples
+                assert [s.advantage for s in rg.samples] == pytest.approx([s.advantage for s in lg.samples])
+        whole = load_causal_lm(tiny_model_dir)
+        before = {k: v.clone() for k, v in whole.state_dict().items()}
+        group.pull_weights(whole)
+        moved = max(float((whole.state_dict()[k] - before[k]).abs().max()) for k in before)
+        assert moved > 1e-3  # the updates did something ...
+        for k, v in local.model.state_dict().items():  # ... and the same thing
+            assert torch.allclose(whole.state_dict()[k], v, atol=1e-5), k
+        state = group.state_dict()
+        assert state["updates"] == 2
+        assert set(state["optimizer"]["state"]) == set(local.optimizer.state_dict()["state"])
+    finally:
+        group.close()
+
+
+def test_groups_are_dealt_whole_longest_first_to_the_least_loaded_rank():
+    groups = random_groups(5, seed=0, length=lambda g, i: 1 + 4 * g)  # group g: 2 samples of 1 + 4g tokens
+    dealt = deal_groups(groups, 2)
+    assert dealt == [[0, 1, 4], [2, 3]]  # 4 -> r0; 3 -> r1; 2 -> r1 (less loaded); 1, 0 -> r0
+    assert deal_groups(groups[:1], 3) == [[0], [], []]
+
+
+def test_rank_metrics_combine_weighted_by_response_tokens():
+    out = combine_stats([{"train_tokens": 50.0, "pg_loss": 1.0, "grad_norm": 2.0},
+                         {"train_tokens": 20.0, "pg_loss": 3.0, "grad_norm": 2.0},
+                         {"train_tokens": 0.0, "grad_norm": 2.0}],  # an idle rank reports no diagnostics
+                        weights=[30.0, 10.0, 0.0])
+    assert out == {"train_tokens": 70.0, "pg_loss": pytest.approx(1.5), "grad_norm": 2.0}
+
+
+@pytest.mark.slow
+def test_ray_rollout_workers_and_learner_ranks_train_the_builtin_recipe(ray_runtime, tmp_path):
+    # one mini-batch: every update samples from exactly the weights it trains, which approx_kl_old checks
+    run = train(load_config(GRPO, [f"run.dir={tmp_path / 'run'}", *RAY, "checkpoint.every=0", "train.steps=20",
+                                   "train.mini_batches=1"]))
+    metrics = read_metrics(run)
+    first = sum(m["accuracy"] for m in metrics[:5]) / 5
+    last = sum(m["accuracy"] for m in metrics[-5:]) / 5
+    assert last > first + 0.1, (first, last)
+    assert all(m["approx_kl_old"] < 1e-6 for m in metrics)  # rollout workers got every update's weights
+    assert (run / "final" / "model.safetensors").is_file()
+
+
+@pytest.mark.slow
+def test_a_dead_learner_rank_stops_with_a_checkpoint_that_resumes(ray_runtime, tmp_path, monkeypatch):
+    small = ["train.steps=3", "train.prompts_per_step=4", "rollout.n=4", "rollout.max_new_tokens=32",
+             "checkpoint.every=1"]
+    run_dir = tmp_path / "run"
+    monkeypatch.setenv("RLVR_FAULTS", "kill:learner:2")
+    with pytest.raises(TrainingError, match=r"learner worker 1 died.*step_000001.*--resume"):
+        train(load_config(GRPO, [f"run.dir={run_dir}", *RAY, *small]))
+    assert len(read_metrics(run_dir)) == 1
+    monkeypatch.delenv("RLVR_FAULTS")
+    train(load_config(run_dir / "config.yaml", []), resume=True)
+    metrics = read_metrics(run_dir)
+    assert [m["step"] for m in metrics] == [1, 2, 3]
+    assert (run_dir / "final" / "model.safetensors").is_file()
+
+
+def test_learner_workers_need_ray_and_their_own_references():
+    with pytest.raises(ConfigError, match="learner workers are Ray actors"):
+        load_config(GRPO, ["distributed.learner_workers=2"])
+    with pytest.raises(ConfigError, match="every learner rank holds its own reference"):
+        load_config(GRPO, ["distributed.backend=ray", "distributed.learner_workers=2",
+                           "distributed.reference_worker=true", "algorithm.kl_coef=0.01"])
+
