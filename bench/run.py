@@ -50,6 +50,10 @@ FULL = {
         {"model": "qwen0.5b", "prompts": 2, "n": 4, "max_new_tokens": 64, "micro_rows": 4, "reps": 2,
          "random_lengths": True,
          "variants": ["rows", "tokens", "fused_adamw", "tokens+fused_adamw", "checkpointing", "full_logits"]},
+        # a training-sized batch (32 rows, ~2,700 tokens): where the learner's MFU is measured against the target
+        {"model": "qwen0.5b", "prompts": 8, "n": 4, "max_new_tokens": 128, "micro_rows": 8, "reps": 1,
+         "random_lengths": True, "pack_tokens": 1024,
+         "variants": ["fused_adamw", "tokens+fused_adamw", "packed+fused_adamw"]},
     ],
 }
 

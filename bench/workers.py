@@ -348,7 +348,8 @@ def learner(args: dict[str, Any]) -> None:
     """One learner update (GRPO, PPO-clip, old log-probs from the engine) on a fixed batch; variant:
     rows (micro-batches of `micro_rows` rows, AdamW's op-by-op kernel: the learner before the fused default),
     tokens (train.micro_batch_tokens, the same worst-case size), fused_adamw (optim.fused, the default now),
-    tokens+fused_adamw, checkpointing (gradient checkpointing on), full_logits (the learner's log-probs from
+    tokens+fused_adamw, packed+fused_adamw (train.pack_tokens: no compute on padding), checkpointing
+    (gradient checkpointing on), full_logits (the learner's log-probs from
     full [B, T, V] logits instead of the chunked LM head). All but the fused variants use the loop kernel, so
     each differs from `rows` in one thing."""
 
@@ -367,7 +368,7 @@ def learner(args: dict[str, Any]) -> None:
     cfg = Config.model_validate({
         "train": {"steps": 100, "mini_batches": 1, "micro_batch_size": rows, "prompts_per_step": args["prompts"]},
         "rollout": {"n": args["n"], "max_new_tokens": args["max_new_tokens"]},
-        "optim": {"lr": 1e-6, "grad_clip": 1.0, "fused": variant.endswith("fused_adamw")},
+        "optim": {"lr": 1e-6, "grad_clip": 1.0, "fused": "fused_adamw" in variant},
         "algorithm": {"advantage": {"name": "grpo"}, "loss": {"name": "ppo_clip"}},
     })
     lengths = row_lengths(batch.attention_mask)
@@ -375,6 +376,9 @@ def learner(args: dict[str, Any]) -> None:
 
     if variant.startswith("tokens"):  # token-budget micro-batches: the same worst-case size as `rows`
         cfg.train.micro_batch_tokens = budget
+
+    if variant.startswith("packed"):  # rows packed into sequences of at most pack_tokens (train.pack_tokens)
+        cfg.train.pack_tokens = args.get("pack_tokens", 1024)
 
     if variant == "full_logits":
         learner_mod.forward_tokens = _full_logits_forward_tokens

@@ -146,6 +146,11 @@ class TrainConfig(Strict):
         None, ge=1, description="Cut micro-batches by padded tokens (rows x longest row) instead, groups sorted "
         "by length: less compute on padding; micro_batch_size still caps the rows."
     )
+    pack_tokens: int | None = Field(
+        None, ge=1, description="Pack each micro-batch's rows into sequences of at most this many tokens (a "
+        "block-diagonal causal mask, per-row positions): no compute on padding, at the price of attention over "
+        "each packed sequence. For qwen2/qwen3/llama/mistral decoders; others run padded. None: padded rows."
+    )
     recompute_old_logprobs: bool = Field(
         False, description="Recompute old log-probs with a learner forward instead of using the engine's."
     )

@@ -31,6 +31,68 @@ def _head_parts(model: Any) -> tuple[Any, Any] | None:
     return decoder, head
 
 
+PACKABLE_TYPES = ("qwen2", "qwen3", "llama", "mistral")
+
+
+def packable(model: Any) -> bool:
+    """Whether rows can run packed: a decoder whose attention honours a 4D boolean mask (transformers' sdpa or
+    eager attention) and whose logits are lm_head(decoder(x))."""
+    cfg = getattr(model, "config", None)
+    if getattr(cfg, "model_type", None) not in PACKABLE_TYPES or _head_parts(model) is None:
+        return False
+    if getattr(cfg, "use_sliding_window", False) or "sliding_attention" in (getattr(cfg, "layer_types", None) or []):
+        return False
+    return getattr(cfg, "_attn_implementation", "sdpa") in ("sdpa", "eager")
+
+
+def pack_rows(attention_mask: torch.Tensor, capacity: int) -> list[list[int]]:
+    """Rows of a right-padded batch packed into bins of at most `capacity` tokens (first fit, longest first; a
+    row longer than `capacity` gets a bin of its own). Each bin lists its rows in packing order."""
+    lengths = attention_mask.sum(dim=1).tolist()
+    bins: list[list[int]] = []
+    room: list[int] = []
+    for row in sorted(range(len(lengths)), key=lambda r: (-lengths[r], r)):
+        n = int(lengths[row])
+        for i, free in enumerate(room):
+            if n <= free:
+                bins[i].append(row)
+                room[i] -= n
+                break
+        else:
+            bins.append([row])
+            room.append(max(capacity - n, 0))
+    return bins
+
+
+def _packed_hidden(decoder: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, capacity: int
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Decoder states of a right-padded batch computed packed. Returns (hidden [bins * width, H], index [B, L]):
+    row b's token at column c has its state at hidden[index[b, c]]."""
+    device = input_ids.device
+    B, L = input_ids.shape
+    lengths = attention_mask.sum(dim=1).tolist()
+    bins = pack_rows(attention_mask, capacity)
+    width = max(sum(int(lengths[r]) for r in rows) for rows in bins)
+    ids = torch.zeros((len(bins), width), dtype=input_ids.dtype, device=device)
+    positions = torch.zeros((len(bins), width), dtype=torch.long, device=device)
+    segment = torch.full((len(bins), width), -1, dtype=torch.long, device=device)
+    index = torch.zeros((B, L), dtype=torch.long, device=device)
+    for i, rows in enumerate(bins):
+        start = 0
+        for row in rows:
+            n = int(lengths[row])
+            ids[i, start : start + n] = input_ids[row, :n]
+            positions[i, start : start + n] = torch.arange(n, device=device)
+            segment[i, start : start + n] = row
+            index[row, :n] = i * width + start + torch.arange(n, device=device)
+            start += n
+    causal = torch.ones((width, width), dtype=torch.bool, device=device).tril_()
+    allowed = (segment[:, :, None] == segment[:, None, :]) & causal
+    allowed |= torch.eye(width, dtype=torch.bool, device=device)  # padding attends to itself: no all-masked row
+    hidden = decoder(input_ids=ids, attention_mask=allowed[:, None], position_ids=positions).last_hidden_state
+    return hidden.reshape(len(bins) * width, -1), index
+
+
 def _scatter(flat: torch.Tensor, select: torch.Tensor, shape: torch.Size) -> torch.Tensor:
     out = torch.zeros(shape, dtype=torch.float32, device=select.device)
     out[:, 1:][select] = flat.float()
@@ -48,15 +110,22 @@ def forward_tokens(
     entropy_grad: bool = False,
     value_head: torch.nn.Module | None = None,
     chunk_size: int = 4096,
+    pack_tokens: int | None = None,
 ) -> TokenOutputs:
     """log softmax(logits / T)[token] for each token t with mask[:, t] > 0 (row b's token t is predicted from
     position t-1); optionally the entropy of that distribution (differentiable if `entropy_grad`) and
-    `value_head(hidden[t-1])`, the value of the state before token t."""
+    `value_head(hidden[t-1])`, the value of the state before token t. With `pack_tokens` (and a `packable`
+    model) the rows run packed into sequences of at most that many tokens instead of padded."""
     T = max(temperature, 1e-6)
     select = mask[:, 1:] > 0  # [B, T-1]: position t-1 predicts token t
     targets = input_ids[:, 1:][select]
     parts = _head_parts(model)
-    if parts is not None:
+    if parts is not None and pack_tokens is not None and len(input_ids) > 1 and packable(model):
+        decoder, head = parts
+        hidden_flat, index = _packed_hidden(decoder, input_ids, attention_mask, pack_tokens)
+        chosen = hidden_flat[index[:, :-1][select]]
+        logits_of = head
+    elif parts is not None:
         decoder, head = parts
         hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         chosen = hidden[:, :-1][select]
