@@ -241,6 +241,9 @@ class DistributedConfig(Strict):
     cpus_per_rollout_worker: float = Field(1.0, gt=0)
     gpus_per_rollout_worker: float = Field(0.0, ge=0, description="> 0 places workers on GPUs (separate "
                                            "from the learner's unless fractions let them share).")
+    weight_sync: Literal["object_store", "broadcast"] = Field(
+        "object_store", description="How new weights reach the rollout workers: through Ray's object store, or "
+        "broadcast over a process group of the controller and the workers (gloo; NCCL on GPUs).")
     reward_workers: int = Field(0, ge=0, description="Ray actors that run the correctness verifier (each with "
                                 "its own process pool); 0: the controller's pool.")
     cpus_per_reward_worker: float = Field(1.0, gt=0)
@@ -389,6 +392,9 @@ def resolve_components(cfg: Config) -> list[str]:
         if d.reference_worker:
             problems.append("distributed.reference_worker: the reference worker is a Ray actor; set "
                             "distributed.backend=ray (or reference_worker=false)")
+        if d.weight_sync != "object_store":
+            problems.append("distributed.weight_sync: only Ray rollout workers receive weights; set "
+                            "distributed.backend=ray (or weight_sync=object_store)")
         if d.learner_workers:
             problems.append("distributed.learner_workers: learner workers are Ray actors; set distributed.backend=ray "
                             "(or learner_workers=0; for a data-parallel learner without Ray, use torchrun)")

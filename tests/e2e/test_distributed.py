@@ -72,6 +72,35 @@ def test_a_rollout_worker_killed_mid_run_is_replaced(tmp_path, monkeypatch):
     assert metrics[-1]["distributed/rollout_worker_restarts"] == 1.0
 
 
+@pytest.mark.slow
+def test_weights_broadcast_over_a_process_group_train_exactly_like_the_object_store(tmp_path):
+    small = ["train.steps=3", "train.prompts_per_step=4", "rollout.n=4", "rollout.max_new_tokens=48"]
+    store = train(load_config(GRPO, [f"run.dir={tmp_path / 'store'}", *COMMON, *small]))
+    group = train(load_config(GRPO, [f"run.dir={tmp_path / 'group'}", *COMMON, *small,
+                                     "distributed.weight_sync=broadcast"]))
+    key = "distributed/weight_broadcast"
+    assert [m[key] for m in read_metrics(store)] == [0.0] * 3
+    assert [m[key] for m in read_metrics(group)] == [1.0] * 3  # every sync went over the process group
+
+    def rest(run: Path) -> list[dict]:
+        return [{k: v for k, v in m.items() if k != key} for m in _metrics(run)]
+
+    assert rest(store) == rest(group)
+
+
+@pytest.mark.slow
+def test_a_worker_replaced_under_broadcast_gets_weights_through_the_object_store(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLVR_FAULTS", "kill:worker:3")
+    run = train(load_config(GRPO, [f"run.dir={tmp_path / 'run'}", *COMMON, "train.steps=4", "train.mini_batches=1",
+                                   "train.prompts_per_step=4", "rollout.n=4", "rollout.max_new_tokens=48",
+                                   "distributed.weight_sync=broadcast"]))
+    metrics = read_metrics(run)
+    assert len(metrics) == 4
+    assert metrics[-1]["distributed/rollout_worker_restarts"] == 1.0
+    assert all(m["approx_kl_old"] < 1e-6 for m in metrics)  # every worker sampled from the current weights
+    assert metrics[0]["distributed/weight_broadcast"] == 1.0 and metrics[-1]["distributed/weight_broadcast"] == 0.0
+
+
 def test_async_needs_ray_and_the_uniform_sampler():
     with pytest.raises(ConfigError, match="distributed.backend=ray"):
         load_config(GRPO, ["distributed.mode=async"])
@@ -128,6 +157,8 @@ def test_worker_groups_need_the_ray_backend():
         load_config(GRPO, ["distributed.reward_workers=2"])
     with pytest.raises(ConfigError, match="distributed.reference_worker: the reference worker is a Ray actor"):
         load_config(GRPO, ["distributed.reference_worker=true"])
+    with pytest.raises(ConfigError, match="distributed.weight_sync: only Ray rollout workers receive weights"):
+        load_config(GRPO, ["distributed.weight_sync=broadcast"])
     with pytest.raises(ConfigError, match="the reward workers run the `correctness` verifier"):
         load_config(GRPO, ["distributed.backend=ray", "distributed.reward_workers=1",
                            "rewards=[{name: format}]"])

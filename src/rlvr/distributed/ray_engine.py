@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ from rlvr.rollout.base import RolloutEngine, SamplingParams
 from rlvr.types import Sample
 
 log = logging.getLogger("rlvr.distributed")
+
+WEIGHT_GROUP_TIMEOUT_S = 300.0
 
 
 def _require_ray() -> Any:
@@ -81,6 +84,23 @@ class RolloutWorker:
         self.version = version
         return version
 
+    def join_weight_group(self, host: str, port: int, rank: int, world_size: int, backend: str,
+                          timeout_s: float) -> None:
+        from rlvr.distributed.weight_broadcast import open_group
+
+        self.weight_group = open_group(host, port, rank, world_size, backend, timeout_s)
+        self.weight_device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" \
+            else torch.device("cpu")
+
+    def leave_weight_group(self) -> None:
+        self.weight_group = None
+
+    def receive_weights(self, layout: Any, version: int) -> int:
+        """Take part in the controller's broadcast of the new weights (distributed.weight_sync: broadcast)."""
+        from rlvr.distributed.weight_broadcast import receive
+
+        return self.set_weights(receive(self.weight_group[1], layout, self.weight_device), version)
+
     def generate(self, prompts: list[list[int]], params: SamplingParams, seed: int) -> tuple[list[list[Sample]], float]:
         started = time.perf_counter()
         torch.manual_seed(seed)
@@ -123,6 +143,10 @@ class RayEngine(RolloutEngine):
         self._submits = 0
         for _ in range(dist.rollout_workers):
             self.workers.append(self._spawn())
+        self._group: Any = None  # (store, process group) with the workers, for weight_sync: broadcast
+        self._source: Any = None  # the model last synced from (a replaced worker needs its weights)
+        if dist.weight_sync == "broadcast":
+            self._open_weight_group()
 
     def _spawn(self) -> Any:
         cfg, dist = self.cfg, self.cfg.distributed
@@ -137,11 +161,60 @@ class RayEngine(RolloutEngine):
 
     # -- weights -------------------------------------------------------------------------------------------
 
+    def _open_weight_group(self) -> None:
+        from rlvr.distributed.weight_broadcast import open_group
+
+        d = self.cfg.distributed
+        backend = "nccl" if d.gpus_per_rollout_worker > 0 and torch.cuda.is_available() else "gloo"
+        host = self.ray.util.get_node_ip_address()
+        with socket.socket() as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        world = len(self.workers) + 1
+        joins = [w.join_weight_group.remote(host, port, rank, world, backend, WEIGHT_GROUP_TIMEOUT_S)
+                 for rank, w in enumerate(self.workers, start=1)]
+        self._group = open_group(host, port, 0, world, backend, WEIGHT_GROUP_TIMEOUT_S)
+        self._group_device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" \
+            else torch.device("cpu")
+        self.ray.get(joins)
+
+    @property
+    def broadcasting(self) -> bool:
+        """Whether weights currently go over the workers' process group (weight_sync: broadcast)."""
+        return self._group is not None
+
+    def _leave_weight_group(self, why: str) -> None:
+        """Back to the object store for the rest of the run (a replaced worker is not in the group)."""
+        log.warning("weight broadcast group closed (%s); weights go through the object store from now on", why)
+        self._group = None
+        for w in self.workers:
+            with contextlib.suppress(Exception):
+                self.ray.get(w.leave_weight_group.remote(), timeout=10)
+        if self._source is not None:
+            self._weights = self.ray.put({k: v.detach().to("cpu") for k, v in self._source.state_dict().items()})
+
     def sync_weights(self, model: Any, version: int) -> None:
-        """Versioned broadcast: put the state dict in the object store once; every worker loads it."""
+        """Versioned broadcast: put the state dict in the object store once and every worker loads it, or
+        (weight_sync: broadcast) send it over the workers' process group."""
+        self.policy_version = version
+        self._source = model
+        if self._group is not None:
+            from rlvr.distributed.weight_broadcast import layout_of, send
+
+            state = model.state_dict()
+            refs = [w.receive_weights.remote(layout_of(state), version) for w in self.workers]
+            try:
+                send(self._group[1], state, self._group_device)
+                self.ray.get(refs)
+                return
+            except Exception as err:  # a worker died mid-broadcast: fall back, then sync through the store
+                self._leave_weight_group(f"{type(err).__name__}: {str(err).strip().splitlines()[0]}")
+                for i, w in enumerate(self.workers):
+                    if _dead(self.ray, w):
+                        self.restarts += 1
+                        self.workers[i] = self._spawn()
         state = {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
         self._weights = self.ray.put(state)
-        self.policy_version = version
         self.ray.get([w.set_weights.remote(self._weights, version) for w in self.workers])
 
     # -- generation ----------------------------------------------------------------------------------------
@@ -181,6 +254,8 @@ class RayEngine(RolloutEngine):
         log.warning("rollout worker %d died (%s); replacing it and retrying its %d prompts", i, err, end - start)
         self.restarts += 1
         self.workers[i] = self._spawn()
+        if self._group is not None:
+            self._leave_weight_group(f"rollout worker {i} was replaced")
         if self._weights is not None:
             self.ray.get(self.workers[i].set_weights.remote(self._weights, self.policy_version))
         samples, _ = self.ray.get(self.workers[i].generate.remote(pending.prompts[start:end], pending.params,
@@ -198,6 +273,14 @@ class RayEngine(RolloutEngine):
         for w in self.workers:
             kill_actor(self.ray, w)
         self.workers = []
+
+
+def _dead(ray: Any, actor: Any) -> bool:
+    try:
+        ray.get(actor.pid.remote(), timeout=30)
+        return False
+    except Exception:
+        return True
 
 
 def _split(n: int, parts: int) -> list[tuple[int, int]]:

@@ -169,13 +169,19 @@ class RayLearnerGroup:
         world = d.learner_workers
         threads = max(1, int(d.cpus_per_learner_worker)) if d.gpus_per_learner_worker == 0 else None
         data = cfg.model_dump(mode="json")
-        self.actors = [start_actor(self.ray, LearnerWorker, (data, model_path, rank, world, threads),
-                                   num_cpus=d.cpus_per_learner_worker, num_gpus=d.gpus_per_learner_worker,
-                                   what=f"learner worker {rank}",
-                                   knob="distributed.cpus_per_learner_worker or distributed.learner_workers")
-                       for rank in range(world)]
-        init_method = self.ray.get(self.actors[0].address.remote())
-        self._gather([a.join.remote(init_method) for a in self.actors], "starting")
+        self.actors: list[Any] = []
+        try:
+            for rank in range(world):
+                self.actors.append(start_actor(
+                    self.ray, LearnerWorker, (data, model_path, rank, world, threads),
+                    num_cpus=d.cpus_per_learner_worker, num_gpus=d.gpus_per_learner_worker,
+                    what=f"learner worker {rank}",
+                    knob="distributed.cpus_per_learner_worker or distributed.learner_workers"))
+            init_method = self.ray.get(self.actors[0].address.remote())
+            self._gather([a.join.remote(init_method) for a in self.actors], "starting")
+        except BaseException:
+            self.close()  # no half-started group holding resources
+            raise
 
     def _gather(self, refs: list[Any], doing: str) -> list[Any]:
         """Results of one call per rank. If a rank dies the others would wait in a collective forever, so

@@ -19,13 +19,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from rlvr import faults
 from rlvr.config import Config, ConfigError
 from rlvr.distributed import data_parallel as dp
+from rlvr.distributed.ray_learner import LearnerWorkerLost, RayLearnerGroup
 from rlvr.eval import evaluate, write_results
 from rlvr.eval.report import write_report
 from rlvr.models import (
@@ -73,9 +74,6 @@ from rlvr.trainer.critic import Critic
 from rlvr.trainer.learner import Learner, needs_reference
 from rlvr.trainer.memory import check_memory
 from rlvr.types import Batch, Group, TaskRecord
-
-if TYPE_CHECKING:
-    from rlvr.distributed.ray_learner import RayLearnerGroup
 
 log = logging.getLogger("rlvr.train")
 
@@ -170,14 +168,7 @@ class Run:
         """One RL update on the step's groups: here, or on the Ray learner ranks (`distributed.learner_workers`)."""
         if isinstance(self.learner, Learner):
             return learn_on(self.learner, groups, self.tokenizer.pad_token_id)
-        from rlvr.distributed.ray_learner import LearnerWorkerLost
-
-        try:
-            return self.learner.learn(groups)
-        except LearnerWorkerLost as err:
-            previous = latest_checkpoint(self.run_dir)
-            raise TrainingError(f"{err}. Newest complete checkpoint: {previous or 'none'}; continue with: "
-                                f"rlvr train --resume {self.run_dir}") from None
+        return self.learner.learn(groups)
 
     def publish_weights(self, version: int) -> None:
         """Hand the updated policy to the engine (with FSDP2: first gather the shards into the whole copy; with
@@ -255,6 +246,10 @@ def _train(cfg: Config, run_dir: Path, resume: bool, stop_after: int | None, tas
     try:
         with StopSignals() as signals:
             return _loop(run, sink, rollouts, stop_after, signals)
+    except LearnerWorkerLost as err:  # a Ray learner rank died (distributed.learner_workers)
+        previous = latest_checkpoint(run_dir)
+        raise TrainingError(f"{err}. Newest complete checkpoint: {previous or 'none'}; continue with: "
+                            f"rlvr train --resume {run_dir}") from None
     finally:
         sink.close()
         run.reward_fn.close()
@@ -318,8 +313,6 @@ def _build(cfg: Config, run_dir: Path, resume: bool, task: Any, tokenizer: Any, 
             log.warning("distributed.learner=fsdp2 shards over torchrun ranks; with one process it trains unsharded")
     learner: Learner | RayLearnerGroup
     if not local_learner:  # data-parallel learner ranks as Ray actors
-        from rlvr.distributed.ray_learner import RayLearnerGroup
-
         learner = RayLearnerGroup(cfg, str(checkpoint or cfg.model.path), tokenizer.pad_token_id)
     else:
         learner = Learner(sharded if sharded is not None else policy, cfg, reference,
@@ -381,6 +374,7 @@ def _loop(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | None, 
                 metrics.update(agent_metrics(groups))
             if cfg.distributed.backend == "ray":
                 metrics["distributed/rollout_worker_restarts"] = float(run.rollout_restarts)
+                metrics["distributed/weight_broadcast"] = float(run.engine.broadcasting)
             metrics.update(rollout_s=rollout_s, train_s=train_s, step_s=time.perf_counter() - step_start,
                            rollout_tokens_per_s=metrics["response_tokens"] / max(rollout_s, 1e-9),
                            train_tokens_per_s=stats["train_tokens"] / max(train_s, 1e-9))
