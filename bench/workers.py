@@ -407,7 +407,7 @@ def learner(args: dict[str, Any]) -> None:
 
 def _full_logits_forward_tokens(model: Any, input_ids: Any, attention_mask: Any, mask: Any,
                                 temperature: float = 1.0, *, with_entropy: bool = False, entropy_grad: bool = False,
-                                value_head: Any = None, chunk_size: int = 4096) -> Any:
+                                value_head: Any = None, chunk_size: int = 4096, pack_tokens: Any = None) -> Any:
     """The naive baseline: full [B, T, V] logits, log-softmax over all of them, then gather."""
     import torch
 

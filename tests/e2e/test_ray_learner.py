@@ -107,6 +107,17 @@ def test_ray_rollout_workers_and_learner_ranks_train_the_builtin_recipe(ray_runt
 
 
 @pytest.mark.slow
+def test_asynchronous_training_with_learner_ranks_uses_one_step_old_samples(ray_runtime, tmp_path):
+    run = train(load_config(GRPO, [f"run.dir={tmp_path / 'run'}", *RAY, "checkpoint.every=0", "train.steps=4",
+                                   "train.prompts_per_step=4", "rollout.n=4", "rollout.max_new_tokens=32",
+                                   "distributed.mode=async", "distributed.max_staleness=1"]))
+    metrics = read_metrics(run)
+    assert metrics[0]["async/staleness_0"] == 1.0
+    assert all(m.get("async/staleness_1", 0.0) == 1.0 for m in metrics[1:])
+    assert all(m["grad_norm"] == m["grad_norm"] and m["train_tokens"] > 0 for m in metrics)
+
+
+@pytest.mark.slow
 def test_a_dead_learner_rank_stops_with_a_checkpoint_that_resumes(ray_runtime, tmp_path, monkeypatch):
     small = ["train.steps=3", "train.prompts_per_step=4", "rollout.n=4", "rollout.max_new_tokens=32",
              "checkpoint.every=1"]
