@@ -201,6 +201,8 @@ class RayLearnerGroup:
 
     def learn(self, groups: list[Group]) -> dict[str, float]:
         """Deal the groups to the ranks, update, and write each sample's advantage back (for logs)."""
+        if not groups:  # as the in-process learner: an update needs samples (idle ranks are for uneven deals)
+            raise ValueError("cannot build a batch from zero samples")
         self._calls += 1
         if faults.armed("kill", "learner", self._calls):  # a learner node dying mid-run
             self.ray.kill(self.actors[-1], no_restart=True)
