@@ -295,7 +295,9 @@ class Learner:
 
     def idle_update(self) -> dict[str, float]:
         """`update` for a data-parallel rank that was dealt no groups this step: it joins every collective with
-        zero contributions and so applies the same optimizer steps as the ranks that had data."""
+        zero contributions and so applies the same optimizer steps as the ranks that had data. Replicated
+        (ddp) ranks only: a sharded model's ranks would also have to join every forward and backward."""
+        assert not self.sharded, "idle_update is for replicated data-parallel ranks"
         critic_only = self.critic is not None and self.updates < self.critic.cfg.warmup_steps
         grad_norms: list[float] = []
         skipped = 0
