@@ -47,6 +47,18 @@ def kill_actor(ray: Any, actor: Any) -> None:
         ray.kill(actor)
 
 
+def cpu_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A state dict's tensors detached and on the CPU: what goes into Ray's object store."""
+    return {k: v.detach().to("cpu") for k, v in state.items()}
+
+
+def free_port() -> int:
+    """A TCP port that is free on this node now (the rendezvous of a process group)."""
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
 def connect_ray(cfg: Any) -> Any:
     """The `ray` module, connected: to `distributed.address`, or to a local runtime started here."""
     ray = _require_ray()
@@ -166,10 +178,7 @@ class RayEngine(RolloutEngine):
 
         d = self.cfg.distributed
         backend = "nccl" if d.gpus_per_rollout_worker > 0 and torch.cuda.is_available() else "gloo"
-        host = self.ray.util.get_node_ip_address()
-        with socket.socket() as s:
-            s.bind(("", 0))
-            port = s.getsockname()[1]
+        host, port = self.ray.util.get_node_ip_address(), free_port()
         world = len(self.workers) + 1
         joins = [w.join_weight_group.remote(host, port, rank, world, backend, WEIGHT_GROUP_TIMEOUT_S)
                  for rank, w in enumerate(self.workers, start=1)]
@@ -191,7 +200,7 @@ class RayEngine(RolloutEngine):
             with contextlib.suppress(Exception):
                 self.ray.get(w.leave_weight_group.remote(), timeout=10)
         if self._source is not None:
-            self._weights = self.ray.put({k: v.detach().to("cpu") for k, v in self._source.state_dict().items()})
+            self._weights = self.ray.put(cpu_state(self._source.state_dict()))
 
     def sync_weights(self, model: Any, version: int) -> None:
         """Versioned broadcast: put the state dict in the object store once and every worker loads it, or
@@ -213,8 +222,7 @@ class RayEngine(RolloutEngine):
                     if _dead(self.ray, w):
                         self.restarts += 1
                         self.workers[i] = self._spawn()
-        state = {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
-        self._weights = self.ray.put(state)
+        self._weights = self.ray.put(cpu_state(model.state_dict()))
         self.ray.get([w.set_weights.remote(self._weights, version) for w in self.workers])
 
     # -- generation ----------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from rlvr.distributed.ray_engine import _split, connect_ray, kill_actor
+from rlvr.distributed.ray_engine import _split, connect_ray, cpu_state, kill_actor
 from rlvr.types import Batch
 
 log = logging.getLogger("rlvr.distributed")
@@ -161,7 +161,7 @@ class ReferenceWorker:
         self.model.load_state_dict(state)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        return {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
+        return cpu_state(self.model.state_dict())
 
 
 class RemoteReference:
@@ -200,7 +200,7 @@ class RemoteReference:
                           temperature, micro_batch_size)
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        self._state = self.ray.put({k: v.detach().cpu() for k, v in state.items()})
+        self._state = self.ray.put(cpu_state(state))
         self._call("load_state_dict", self._state)
 
     def state_dict(self) -> dict[str, torch.Tensor]:

@@ -20,13 +20,12 @@ continues from it.
 from __future__ import annotations
 
 import logging
-import socket
 from typing import Any
 
 import torch
 
 from rlvr import faults
-from rlvr.distributed.ray_engine import connect_ray, kill_actor
+from rlvr.distributed.ray_engine import connect_ray, cpu_state, free_port, kill_actor
 from rlvr.distributed.ray_groups import start_actor
 from rlvr.types import Group
 
@@ -58,11 +57,7 @@ class LearnerWorker:
         """A rendezvous address on this actor's node (rank 0 is asked)."""
         import ray
 
-        host = ray.util.get_node_ip_address()
-        with socket.socket() as s:
-            s.bind(("", 0))
-            port = s.getsockname()[1]
-        return f"tcp://{host}:{port}"
+        return f"tcp://{ray.util.get_node_ip_address()}:{free_port()}"
 
     def join(self, init_method: str) -> None:
         """Join the process group, then build the learner (every rank from the same seed: identical replicas)."""
@@ -101,7 +96,7 @@ class LearnerWorker:
         return stats, [s.advantage for g in groups for s in g.samples]
 
     def weights(self) -> dict[str, torch.Tensor]:
-        return {k: v.detach().to("cpu") for k, v in self.learner.model.state_dict().items()}
+        return cpu_state(self.learner.model.state_dict())
 
     def state_dict(self) -> dict[str, Any]:
         return _to_cpu(self.learner.state_dict())

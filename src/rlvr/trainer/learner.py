@@ -289,9 +289,11 @@ class Learner:
                     skipped += 1
                 else:
                     grad_norms.append(grad_norm)
-        metrics = {k: v / max(tokens_seen, 1.0) for k, v in sums.items()}
-        return self._finish(metrics, tokens_seen, len(batch), grad_norms, skipped, train_tokens, critic_only,
-                            batch, train_mask)
+        metrics = self._finish({k: v / max(tokens_seen, 1.0) for k, v in sums.items()}, tokens_seen, len(batch),
+                               grad_norms, skipped, train_tokens, critic_only)
+        if batch.token_filter is not None:
+            metrics["trained_token_frac"] = float(train_mask.sum() / batch.mask.sum().clamp(min=1))
+        return metrics
 
     def idle_update(self) -> dict[str, float]:
         """`update` for a data-parallel rank that was dealt no groups this step: it joins every collective with
@@ -311,7 +313,7 @@ class Learner:
                 skipped += 1
             else:
                 grad_norms.append(grad_norm)
-        return self._finish({}, 0.0, 0, grad_norms, skipped, 0, critic_only, None, None)
+        return self._finish({}, 0.0, 0, grad_norms, skipped, 0, critic_only)
 
     def _reduce_and_step(self, loss_total: float, critic_only: bool) -> float | None:
         """Sum gradients and loss over data-parallel ranks, clip, and step. Returns the gradient norm, or None
@@ -339,8 +341,7 @@ class Learner:
         return grad_norm
 
     def _finish(self, metrics: dict[str, float], tokens_seen: float, rows: int, grad_norms: list[float],
-                skipped: int, train_tokens: int, critic_only: bool, batch: Batch | None,
-                train_mask: torch.Tensor | None) -> dict[str, float]:
+                skipped: int, train_tokens: int, critic_only: bool) -> dict[str, float]:
         """Count the update, move the KL and entropy controllers (on the token-weighted mean over data-parallel
         ranks, so every rank keeps the same coefficients) and assemble the update's metrics."""
         self.updates += 1
@@ -360,8 +361,6 @@ class Learner:
         )
         if self.cfg.algorithm.entropy_coef > 0:
             metrics["entropy_coef"] = float(self.entropy_ctl.value)
-        if batch is not None and train_mask is not None and batch.token_filter is not None:
-            metrics["trained_token_frac"] = float(train_mask.sum() / batch.mask.sum().clamp(min=1))
         return metrics
 
     def _backward(self, mb: Batch, train_mask: torch.Tensor, norms: dict[str, float], first_epoch: bool,
