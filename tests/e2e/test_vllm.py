@@ -195,3 +195,43 @@ def test_a_ray_rollout_worker_with_vllm_trains(tmp_path):
     assert len(metrics) == 3 and all(m["grad_norm"] > 0 for m in metrics)
     assert all(m["rollout/logprob_abs_diff"] < LOGPROB_ATOL for m in metrics)  # every update reached the worker
     assert (run_dir / "final" / "model.safetensors").is_file()
+
+
+def test_multi_turn_episodes_are_token_in_token_out(engine, policy, tokenizer):
+    """Agent episodes through vLLM: every sampled token's behaviour log-prob is the learner's on exactly the
+    trained ids (prompt + earlier turns + observations, never re-tokenized text); observations are masked."""
+    from rlvr.rollout import ENVIRONMENTS, AgentConfig, Environment, StepResult, agent_rollout_groups
+    from rlvr.tasks import PromptRenderer, build_task
+
+    class ThreeTurns(Environment):
+        stop = [chr(c) for c in range(33, 127)]  # each turn is a few tokens
+        observation_role = "user"
+
+        def reset(self, record):
+            self.left = 3
+            return "Say letters."
+
+        def step(self, action):
+            self.left -= 1
+            return StepResult("next", 0.0, self.left <= 0, {})
+
+    if "vllm_three_turns" not in ENVIRONMENTS:
+        ENVIRONMENTS.register("vllm_three_turns")(ThreeTurns)
+    engine.sync_weights(policy, 0)
+    task = build_task("guess_number", {"eval_size": 4})
+    agent = AgentConfig(environment={"name": "vllm_three_turns"}, max_turns=3, max_turn_tokens=8,
+                        max_total_tokens=64)
+    torch.manual_seed(2)
+    groups = agent_rollout_groups(engine, PromptRenderer(task, tokenizer), task, task.train[:3],
+                                  SamplingParams(n=2, max_new_tokens=8), agent)
+    samples = [s for g in groups for s in g.samples]
+    assert any(0 in s.loss_mask for s in samples)  # observations between turns
+    for s in samples:
+        ids = torch.tensor([s.prompt_ids + s.response_ids])
+        with torch.no_grad():
+            logits = policy(ids).logits[0, len(s.prompt_ids) - 1:-1]
+        learner = logits.log_softmax(-1).gather(-1, torch.tensor(s.response_ids)[:, None])[:, 0]
+        sampled = torch.tensor(s.loss_mask, dtype=torch.bool)
+        assert sampled.any()
+        gap = (learner - torch.tensor(s.logprobs))[sampled].abs().max().item()
+        assert gap < LOGPROB_ATOL, gap
