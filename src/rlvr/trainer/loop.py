@@ -38,7 +38,7 @@ from rlvr.models import (
     resolve_model_path,
 )
 from rlvr.models.lora import apply_lora, exportable, is_lora, load_lora_state, lora_state
-from rlvr.rewards import RewardContext, RewardFunction
+from rlvr.rewards import RewardContext, RewardFunction, non_finite_metrics
 from rlvr.rollout import (
     ENGINES,
     SamplingParams,
@@ -527,6 +527,7 @@ def rollout_metrics(groups: list[Group], reward_fn: RewardFunction) -> dict[str,
     for name, _, _ in reward_fn.components:
         metrics[f"reward/{name}"] = sum(s.rewards.get(name, 0.0) for s in samples) / len(samples)
     metrics.update(reward_fn.last_metrics)
+    metrics.update(non_finite_metrics(groups))  # samples scored 0 and excluded this step
     for reason, count in sorted(reward_fn.failures.items()):
         metrics[f"reward_failures/{reason}"] = float(count)
     return metrics
