@@ -62,6 +62,14 @@ def test_useful_and_pass_rate():
     assert not is_useful(ScriptedRollout({"p0": ALL_WRONG})(records(1), 4)[0])
 
 
+def test_a_sample_excluded_for_a_non_finite_reward_does_not_make_a_group_useful():
+    g = ScriptedRollout({"p0": ALL_WRONG})(records(1), 4)[0]
+    g.samples[0].reward, g.samples[0].meta["non_finite_reward"] = 0.5, ["shape"]  # differs, but excluded
+    assert not is_useful(g)
+    del g.samples[0].meta["non_finite_reward"]
+    assert is_useful(g)
+
+
 # -- dynamic (DAPO) ----------------------------------------------------------------------------------------
 
 

@@ -130,12 +130,12 @@ def write_manifest(directory: Path) -> Path:
     return directory / MANIFEST_FILE
 
 
-def verify_checkpoint(path: Path) -> str | None:
+def verify_checkpoint(path: Path, checksums: bool = True) -> str | None:
     """None if the checkpoint at `path` is intact, else what is wrong with it, naming the file.
 
-    With a manifest, every listed file must exist with the recorded size and CRC-32. A checkpoint without one
-    (written by an older rlvr) gets structural checks: trainer_state.pt loads, config.json parses, and each
-    safetensors file is as long as its header says.
+    With a manifest, every listed file must exist with the recorded size and (`checksums`) CRC-32. A checkpoint
+    without one (written by an older rlvr) gets structural checks: trainer_state.pt loads, config.json parses,
+    and each safetensors file is as long as its header says.
     """
     path = Path(path)
     manifest = path / MANIFEST_FILE
@@ -153,6 +153,8 @@ def verify_checkpoint(path: Path) -> str | None:
         actual = f.stat().st_size
         if actual != size:
             return f"{name} has {actual} bytes, the manifest says {size} (truncated or overwritten)"
+    if not checksums:
+        return None
     for name, _, crc in entries:  # sizes first: a truncated file is found without reading anything
         actual_crc = file_crc32(path / name)
         if actual_crc != crc:
@@ -305,12 +307,14 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 
 def save_checkpoint(run_dir: Path, step: int, model: Any, tokenizer: Any, state: dict[str, Any],
                     keep_last: int) -> Path:
-    """Write the checkpoint of `step` (with its manifest), verify it as read back, then apply `keep_last`.
-    A checkpoint that does not verify is moved to `damaged/` and raises OSError; nothing older is pruned."""
+    """Write the checkpoint of `step` (with its manifest), verify it in place, then apply `keep_last`.
+    A checkpoint that does not verify is moved to `damaged/` and raises OSError; nothing older is pruned.
+    In place, files and sizes are checked: the checksums were just computed from these bytes (resume reads
+    them all again)."""
     state = {**state, "step": step, "rng": rng_state(), "manifest": True}
     path = save_hf_dir(model, tokenizer, checkpoint_dir(run_dir, step), {STATE_FILE: state},
                        before_rename=lambda: faults.kill_point("checkpoint", step), manifest=True)
-    problem = verify_checkpoint(path)
+    problem = verify_checkpoint(path, checksums=False)
     if problem is not None:
         moved = quarantine(path)
         raise OSError(f"the checkpoint did not verify after writing: {problem} (moved to {moved})")
