@@ -169,7 +169,8 @@ def _verify_structure(path: Path) -> str | None:
     try:
         state = torch.load(state_file, map_location="cpu", weights_only=False)
     except Exception as err:
-        return f"{STATE_FILE} does not load ({type(err).__name__}: {str(err)[:200]})"
+        first = str(err).strip().split(". ")[0].splitlines()[0][:160] if str(err).strip() else ""
+        return f"{STATE_FILE} does not load ({type(err).__name__}: {first})"
     if isinstance(state, dict) and state.get("manifest"):
         return f"{MANIFEST_FILE} is missing (this checkpoint was written with one)"
     try:
