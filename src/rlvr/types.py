@@ -33,7 +33,9 @@ class Sample:
 
     `response_ids`, `logprobs` and `loss_mask` have one entry per response token. `logprobs` are the
     behaviour log-probabilities of the sampling policy (temperature applied, before top-p/top-k
-    truncation). Tool-observation tokens (multi-turn) carry `loss_mask` 0.
+    truncation). Tool-observation tokens (multi-turn) carry `loss_mask` 0. A sample whose reward is unknown
+    (`meta["non_finite_reward"]` lists the components that were NaN or inf) is scored 0, trained on nowhere and
+    left out of its group's statistics (`excluded`).
     """
 
     prompt_ids: list[int]
@@ -62,6 +64,11 @@ class Sample:
     def truncated(self) -> bool:
         return self.finish_reason == "length"
 
+    @property
+    def excluded(self) -> bool:
+        """Left out of training and of its group's statistics (its reward is not a finite number)."""
+        return bool(self.meta.get("non_finite_reward"))
+
 
 @dataclass
 class Group:
@@ -83,7 +90,8 @@ class Batch:
 
     Per-token tensors have shape [B, T] and are indexed by the token they describe: `old_logprobs[b, t]`
     is log p(input_ids[b, t] | input_ids[b, :t]). Column 0 is never a response token, so it is always
-    masked out. `mask` is 1 exactly on response tokens that are trained on (loss_mask 1, not padding).
+    masked out. `mask` is 1 exactly on response tokens that are trained on (loss_mask 1, not padding, and the
+    sample not excluded). `valid` is False for excluded samples: advantage estimators run on the valid rows only.
     """
 
     input_ids: torch.Tensor  # [B, T] long
@@ -97,6 +105,7 @@ class Batch:
     rewards: torch.Tensor  # [B] float
     correct: torch.Tensor  # [B] bool, the verifier's verdict
     off_policy: torch.Tensor | None = None  # [B] bool, samples not drawn from the policy (e.g. guidance)
+    valid: torch.Tensor | None = None  # [B] bool, False for excluded samples (a non-finite reward); None: all valid
     # Filled by the learner's `prepare` only when something asks for them:
     ref_logprobs: torch.Tensor | None = None  # [B, T] frozen reference
     behaviour_logprobs: torch.Tensor | None = None  # [B, T] the engine's, kept when old ones are recomputed
@@ -122,7 +131,8 @@ class Batch:
             input_ids[b, :P] = torch.tensor(s.prompt_ids, dtype=torch.long)
             input_ids[b, P : P + R] = torch.tensor(s.response_ids, dtype=torch.long)
             attention_mask[b, : P + R] = 1
-            mask[b, P : P + R] = torch.tensor(s.loss_mask, dtype=torch.float32)
+            if not s.excluded:
+                mask[b, P : P + R] = torch.tensor(s.loss_mask, dtype=torch.float32)
             adv = s.advantage
             if adv is None:
                 pass  # computed on the batch later (see trainer.loop)
@@ -146,6 +156,7 @@ class Batch:
             rewards=torch.tensor([s.reward for _, s in rows], dtype=torch.float32),
             correct=torch.tensor([bool(s.correct) for _, s in rows], dtype=torch.bool),
             off_policy=torch.tensor([bool(s.meta.get("off_policy", False)) for _, s in rows], dtype=torch.bool),
+            valid=torch.tensor([not s.excluded for _, s in rows], dtype=torch.bool),
         )
 
     def __len__(self) -> int:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,11 +20,13 @@ import torch
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
+from rlvr.algorithms import group_normalized_advantages
 from rlvr.cli import app
 from rlvr.config import load_config
+from rlvr.rewards import REWARDS, RewardOutput
 from rlvr.tasks import TASKS
 from rlvr.tasks.addition import AdditionTask
-from rlvr.tracking import read_metrics
+from rlvr.tracking import read_metrics, read_rollouts
 from rlvr.trainer.checkpoint import latest_checkpoint, list_checkpoints
 from rlvr.trainer.loop import TrainingError, train
 
@@ -79,6 +83,10 @@ def test_sigkill_resumes_from_the_last_complete_checkpoint(tmp_path, straight, f
         leftovers = [p.name for p in (run_dir / "checkpoints").iterdir() if p.name.startswith(".")]
         assert leftovers, "the half-written checkpoint stays in a hidden temp dir, never under a checkpoint name"
     _resume_and_compare(run_dir, straight)
+    hidden = [p.name for p in (run_dir / "checkpoints").iterdir() if p.name.startswith(".")]
+    assert hidden == [], "the resume removed what the interrupted write left"
+    if fault.startswith("kill:checkpoint"):
+        assert "left by an interrupted checkpoint write" in (run_dir / "train.log").read_text()
 
 
 @pytest.mark.slow
@@ -128,6 +136,72 @@ def test_a_second_signal_exits_immediately(tmp_path):
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGINT
+
+
+@pytest.fixture(scope="module")
+def two_steps(tmp_path_factory) -> Path:
+    """The reference run's first two steps (checkpoints 1 and 2), to be damaged and resumed by tests."""
+    run_dir = tmp_path_factory.mktemp("two_steps") / "run"
+    return train(load_config(GRPO, [f"run.dir={run_dir}", *SMALL]), stop_after=2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["trainer_state.pt", "model.safetensors"])
+def test_a_truncated_newest_checkpoint_is_moved_aside_and_the_run_resumes_from_the_previous(tmp_path, two_steps,
+                                                                                             straight, name):
+    run_dir = tmp_path / "run"
+    shutil.copytree(two_steps, run_dir)
+    damaged = run_dir / "checkpoints" / "step_000002" / name
+    damaged.write_bytes(damaged.read_bytes()[:1000])
+    res = CliRunner().invoke(app, ["train", "--resume", str(run_dir)])
+    assert res.exit_code == 0, res.output
+    out = " ".join(res.output.split())
+    assert f"checkpoint step_000002 is damaged: {name} has 1000 bytes" in out
+    assert "Resuming from step 1" in out and "Traceback" not in out
+    assert (run_dir / "checkpoints" / "damaged" / "step_000002" / name).is_file()
+    # steps 2..4 are trained again from checkpoint 1: the same metrics and weights as the uninterrupted run
+    assert _comparable(run_dir) == _comparable(straight)
+    a = load_file(str(straight / "final" / "model.safetensors"))
+    b = load_file(str(run_dir / "final" / "model.safetensors"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+class NanForAThird:
+    """A broken shaping reward: NaN for responses whose token ids sum to 0 mod 3, else 0."""
+
+    def __call__(self, group, task):
+        return [RewardOutput(float("nan") if sum(s.response_ids) % 3 == 0 else 0.0, "") for s in group.samples]
+
+
+def test_a_reward_that_is_nan_for_a_third_of_the_samples_costs_only_those_samples(tmp_path):
+    if "nan_for_a_third" not in REWARDS:
+        REWARDS.register("nan_for_a_third")(NanForAThird)
+    cfg = load_config(GRPO, [f"run.dir={tmp_path / 'run'}", *SMALL, "train.steps=3", "checkpoint.every=0",
+                             "logging.rollouts_per_step=16",
+                             "rewards=[{name: correctness}, {name: nan_for_a_third, weight: 0.5}]"])
+    run = train(cfg)
+    metrics = read_metrics(run)
+    assert len(metrics) == 3  # before, with a third of the rewards NaN, every step was skipped: a stop at step 3
+    rollouts = read_rollouts(run)
+    assert len(rollouts) == 3 * 16  # every sample of every step (prompts_per_step 4 x rollout.n 4)
+    for step, m in enumerate(metrics, start=1):
+        rows = [r for r in rollouts if r["step"] == step]
+        bad = [r for r in rows if r["reasons"]["nan_for_a_third"] == "non-finite reward nan"]
+        assert m["reward_non_finite"] == len(bad) and m["reward_non_finite_frac"] == len(bad) / 16
+        assert m["skipped_optimizer_steps"] == 0.0 and math.isfinite(m["grad_norm"])
+        assert math.isfinite(m["reward_mean"]) and m["reward/nan_for_a_third"] == 0.0
+        assert all(r["reward"] == 0.0 and r["advantage"] == 0.0 for r in bad)
+        for g in {r["group"] for r in rows}:  # the others: GRPO over their group without the NaN samples
+            good = [r for r in rows if r["group"] == g and r not in bad]
+            if len(good) > 1:
+                expected = group_normalized_advantages(torch.tensor([r["reward"] for r in good]),
+                                                       torch.zeros(len(good), dtype=torch.long))
+                assert [r["advantage"] for r in good] == pytest.approx(expected.tolist(), abs=1e-5)
+    frac = sum(m["reward_non_finite"] for m in metrics) / (3 * 16)
+    assert 0.15 < frac < 0.6, frac  # the fault really happened, at about a third of the samples
+    assert metrics[-1]["reward_failures/nan_for_a_third: non-finite"] == frac * 3 * 16
+    log = (run / "train.log").read_text()
+    assert "reward 'nan_for_a_third' returned nan for sample" in log and "non-finite loss" not in log
 
 
 def test_one_nan_step_is_skipped_and_logged(tmp_path, monkeypatch):

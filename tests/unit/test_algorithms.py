@@ -189,3 +189,37 @@ def test_k3_is_nonnegative_finite_and_zero_at_equality(pair):
 def test_unknown_kl_estimator():
     with pytest.raises(ValueError, match="k1, k2 or k3"):
         kl_penalty(T([0.0]), T([0.0]), "k4")  # type: ignore[arg-type]
+
+
+# -- excluded rows (a non-finite reward): every estimator runs as if they were not in the batch ---------------
+
+
+@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo", "lite_ppo", "reinforce_pp", "reinforce_pp_baseline"])
+def test_excluded_rows_are_left_out_of_every_statistic(name):
+    from rlvr.algorithms.inputs import call_on_rows, tensor_inputs
+
+    fn = ADVANTAGES.bind(name, {}, where="algorithm.advantage")
+    rewards = T([1.0, 0.0, 0.0, 1.0, 0.0, 1.0])
+    mask = torch.ones(6, 4)
+    mask[:, :2] = 0
+    token_rewards = torch.zeros(6, 4)
+    token_rewards[:, -1] = rewards
+    inputs = {"rewards": rewards, "group_ids": T([0, 0, 0, 0, 1, 1]), "mask": mask, "token_rewards": token_rewards}
+    valid = torch.tensor([True, True, False, True, True, True])
+    keep = valid.nonzero().squeeze(1)
+    alone = fn(*[inputs[k][keep] for k in tensor_inputs(fn)])  # the batch without row 2
+    out = call_on_rows(fn, inputs, valid, name)
+    torch.testing.assert_close(out[keep], alone)
+    assert out[2].abs().sum() == 0
+    assert torch.equal(call_on_rows(fn, inputs, None, name), fn(*[inputs[k] for k in tensor_inputs(fn)]))
+    assert not torch.allclose(out[keep], fn(*[inputs[k] for k in tensor_inputs(fn)])[keep])  # row 2 mattered
+
+
+def test_grpo_with_an_excluded_sample_hand_computed():
+    from rlvr.algorithms.inputs import call_on_rows
+
+    # rewards 1, 0, (excluded), 1: mean 2/3, unbiased std sqrt(((1/3)^2 * 2 + (2/3)^2) / 2) = sqrt(1/3)
+    adv = call_on_rows(group_normalized_advantages, {"rewards": T([1.0, 0.0, 0.0, 1.0]), "group_ids": T([0, 0, 0, 0])},
+                       torch.tensor([True, True, False, True]), "grpo")
+    s = math.sqrt(1 / 3) + 1e-6
+    torch.testing.assert_close(adv, T([(1 / 3) / s, -(2 / 3) / s, 0.0, (1 / 3) / s]))

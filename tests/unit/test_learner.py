@@ -125,3 +125,77 @@ def test_fused_adamw_is_used_when_available_and_matches_the_loop_kernel():
             opt.step()
     for p, q in zip(a.parameters(), b.parameters()):
         torch.testing.assert_close(p, q, atol=1e-6, rtol=1e-5)
+
+
+# -- samples excluded for a non-finite reward ---------------------------------------------------------------
+
+
+def _groups_with(rewards_per_group, excluded=()):
+    """Groups of samples with the given rewards; (g, i) in `excluded` marks a non-finite reward."""
+    torch.manual_seed(1)
+    groups = []
+    for g, rewards in enumerate(rewards_per_group):
+        samples = []
+        for i, r in enumerate(rewards):
+            resp = torch.randint(2, 60, (3 + i,)).tolist()
+            s = Sample(prompt_ids=[5, 6, 7], response_ids=resp, reward=r)
+            if (g, i) in excluded:
+                s.meta["non_finite_reward"] = ["shape"]
+            samples.append(s)
+        groups.append(Group(TaskRecord(id=str(g), question=""), [5, 6, 7], samples))
+    return groups
+
+
+def _prepared(model, groups):
+    batch = Batch.from_groups(groups, pad_id=0)
+    with torch.no_grad():
+        batch.old_logprobs, _ = token_logprobs(model, batch.input_ids, batch.attention_mask, batch.mask)
+    return batch
+
+
+def test_an_excluded_sample_is_out_of_its_group_statistics_and_gets_no_tokens(tiny_model_dir):
+    model = load_causal_lm(tiny_model_dir)
+    # group 0: rewards 1, 0, (excluded, scored 0), 1 -> statistics over 1, 0, 1: mean 2/3, unbiased std sqrt(1/3)
+    groups = _groups_with([[1.0, 0.0, 0.0, 1.0], [0.0, 1.0]], excluded={(0, 2)})
+    batch = _prepared(model, groups)
+    assert batch.valid.tolist() == [True, True, False, True, True, True]
+    assert batch.mask[2].sum() == 0 and batch.mask[3].sum() == 6  # row 2's tokens are trained on nowhere
+    learner = Learner(model, _cfg())
+    batch, inputs = learner.prepare(batch)
+    adv = learner.compute_advantages(batch, inputs)
+    s = (1 / 3) ** 0.5
+    hi, lo, one = (1 - 2 / 3) / (s + 1e-6), (0 - 2 / 3) / (s + 1e-6), 0.5 / (0.5 ** 0.5 + 1e-6)
+    torch.testing.assert_close(adv, torch.tensor([hi, lo, 0.0, hi, -one, one]), atol=1e-5, rtol=0)
+    assert torch.isfinite(batch.advantages).all() and batch.advantages[2].abs().sum() == 0
+
+
+def test_an_excluded_sample_changes_nothing_in_the_update(tiny_model_dir):
+    """Training on groups plus an excluded sample gives the update of the groups alone."""
+    base = load_causal_lm(tiny_model_dir)
+    m1, m2 = copy.deepcopy(base), copy.deepcopy(base)
+    with_bad = _groups_with([[1.0, 0.0, 0.0, 1.0], [0.0, 1.0]], excluded={(0, 2)})
+    without = copy.deepcopy(with_bad)
+    del without[0].samples[2]
+    stats = []
+    for model, groups in ((m1, with_bad), (m2, without)):
+        learner = Learner(model, _cfg(micro_batch_size=8))
+        batch, inputs = learner.prepare(_prepared(model, groups))
+        learner.compute_advantages(batch, inputs)
+        stats.append(learner.update(batch))
+    for p1, p2 in zip(m1.parameters(), m2.parameters()):
+        torch.testing.assert_close(p1, p2, atol=5e-5, rtol=1e-4)
+    assert any(not torch.equal(p, q) for p, q in zip(m1.parameters(), base.parameters()))
+    assert stats[0]["skipped_optimizer_steps"] == 0.0
+    assert stats[0]["pg_loss"] == pytest.approx(stats[1]["pg_loss"], abs=1e-6)
+
+
+def test_a_step_whose_every_sample_is_excluded_changes_no_weight_and_is_no_fault(tiny_model_dir):
+    model = load_causal_lm(tiny_model_dir)
+    before = [p.detach().clone() for p in model.parameters()]
+    groups = _groups_with([[0.0, 0.0]], excluded={(0, 0), (0, 1)})
+    learner = Learner(model, _cfg())
+    batch, inputs = learner.prepare(_prepared(model, groups))
+    assert learner.compute_advantages(batch, inputs).tolist() == [0.0, 0.0]
+    stats = learner.update(batch)
+    assert stats["skipped_optimizer_steps"] == 0.0 and stats["grad_norm"] == 0.0
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), before))

@@ -255,6 +255,64 @@ def test_failed_output_with_plain_reason_does_not_crash() -> None:
 
 
 
+class NonFinite:
+    """NaN for 'nan', +inf for 'inf', None for 'none', else 0.5."""
+
+    def __call__(self, group: Group, task) -> list[RewardOutput]:
+        table = {"nan": float("nan"), "inf": float("inf"), "none": None}
+        return [RewardOutput(table.get(s.text, 0.5), "shaped") for s in group.samples]
+
+
+def test_a_non_finite_component_scores_only_its_sample_zero_and_excludes_it(caplog) -> None:
+    import logging
+
+    group = make_group(["4", "nan", "x", "inf", "none"])
+    fn = RewardFunction([("correctness", 1.0, CorrectnessReward(workers=0)), ("shape", 2.0, NonFinite())])
+    with caplog.at_level(logging.WARNING, logger="rlvr.rewards.base"):
+        fn([group], FakeTask())
+    good, nan, wrong, inf, none = group.samples
+    assert (good.reward, good.excluded) == (pytest.approx(1.0 + 2 * 0.5), False)
+    assert (wrong.reward, wrong.excluded) == (pytest.approx(2 * 0.5), False)
+    for bad, shown in ((nan, "nan"), (inf, "inf"), (none, "None")):
+        assert bad.reward == 0.0 and bad.excluded
+        assert bad.rewards == {"correctness": 0.0, "shape": 0.0}  # the metrics never see NaN
+        assert bad.meta["non_finite_reward"] == ["shape"]
+        assert bad.meta["reasons"]["shape"] == f"non-finite reward {shown} (shaped)"
+        assert bad.meta["reasons"]["correctness"] == "wrong"
+    assert fn.failures == {"shape: non-finite": 3}
+    logged = [r.getMessage() for r in caplog.records]
+    assert len(logged) == 3
+    assert "reward 'shape' returned nan for sample 1 of prompt g0 (response 'nan')" in logged[0]
+    assert "left out of its group's statistics" in logged[0]
+
+
+def test_a_sample_rescored_finite_is_no_longer_excluded() -> None:
+    group = make_group(["nan"])
+    fn = RewardFunction([("shape", 1.0, NonFinite())])
+    fn([group], FakeTask())
+    assert group.samples[0].excluded
+    group.samples[0].text = "ok"
+    fn([group], FakeTask())
+    assert not group.samples[0].excluded and group.samples[0].reward == 0.5
+
+
+def test_an_overflowing_weighted_sum_excludes_the_sample() -> None:
+    group = make_group(["4", "x"])
+    fn = RewardFunction([("correctness", 1e308, CorrectnessReward(workers=0)),
+                         ("again", 1e308, CorrectnessReward(workers=0))])
+    fn([group], FakeTask())
+    assert group.samples[0].meta["non_finite_reward"] == ["sum"] and group.samples[0].reward == 0.0
+    assert not group.samples[1].excluded
+
+
+def test_non_finite_metrics_count_the_step_samples() -> None:
+    from rlvr.rewards import non_finite_metrics
+
+    groups = [make_group(["nan", "4", "4"]), make_group(["inf"])]
+    RewardFunction([("shape", 1.0, NonFinite())])(groups, FakeTask())
+    assert non_finite_metrics(groups) == {"reward_non_finite": 2.0, "reward_non_finite_frac": 0.5}
+
+
 def test_from_config_uses_registered_components() -> None:
     name = f"test_rewards_bonus_{id(object())}"
 

@@ -62,6 +62,14 @@ def test_useful_and_pass_rate():
     assert not is_useful(ScriptedRollout({"p0": ALL_WRONG})(records(1), 4)[0])
 
 
+def test_a_sample_excluded_for_a_non_finite_reward_does_not_make_a_group_useful():
+    g = ScriptedRollout({"p0": ALL_WRONG})(records(1), 4)[0]
+    g.samples[0].reward, g.samples[0].meta["non_finite_reward"] = 0.5, ["shape"]  # differs, but excluded
+    assert not is_useful(g)
+    del g.samples[0].meta["non_finite_reward"]
+    assert is_useful(g)
+
+
 # -- dynamic (DAPO) ----------------------------------------------------------------------------------------
 
 
@@ -183,6 +191,25 @@ def test_reinforce_ada_balanced_exit_and_global_statistics():
     assert m["samples_discarded"] == 28 - 12
     assert m["useful_groups"] == 2 and m["samples_per_useful_group"] == 14.0
     assert m["mean_retire_round"] == pytest.approx((1 + 3) / 2)
+
+
+def test_reinforce_ada_leaves_samples_with_a_non_finite_reward_out_of_its_pools():
+    class WithNaN(ScriptedRollout):
+        def __call__(self, records, n):
+            groups = super().__call__(records, n)
+            for s in (s for g in groups for s in g.samples if s.reward != s.reward):
+                s.reward, s.meta["non_finite_reward"] = 0.0, ["shape"]  # as RewardFunction leaves it
+            return groups
+
+    nan = float("nan")
+    rollout = WithNaN({"p0": [1, nan, nan, 1, 0, nan, 0, 1] + [0] * 8})
+    sampler = unshuffled(SAMPLERS.build("reinforce_ada", {"round_n": 4, "max_rounds": 3}, prompts=records(1),
+                                        seed=0))
+    groups, _ = sampler.next_batch(ctx(rollout, prompts_per_step=1, n=4))
+    assert rollout.calls == [(["p0"], 4), (["p0"], 4)]  # round 1 had one negative only: the NaNs are not negatives
+    assert [s.meta["draw"] for s in groups[0].samples] == [0, 3, 4, 6]
+    meta = groups[0].samples[0].meta
+    assert meta["prompt_samples"] == 5 and meta["prompt_mean_reward"] == pytest.approx(3 / 5)  # 1, 1, 0, 0, 1
 
 
 def test_reinforce_ada_positive_exit_stops_at_the_first_correct_answer():

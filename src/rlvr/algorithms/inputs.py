@@ -78,6 +78,25 @@ def call_with_inputs(fn: Callable[..., Any], available: Mapping[str, torch.Tenso
     return fn(*args)
 
 
+def call_on_rows(fn: Callable[..., Any], available: Mapping[str, torch.Tensor | None], rows: torch.Tensor | None,
+                 what: str) -> torch.Tensor:
+    """`call_with_inputs` on the rows where `rows` ([N] bool) is True, as if the others were not in the batch;
+    the others get advantage 0. Every per-sample input ([N] or [N, T]) is cut to those rows, so the group and
+    batch statistics of any estimator leave the other samples out. `rows=None` or all True: a plain call."""
+    if rows is None or bool(rows.all()):
+        return call_with_inputs(fn, available, what)
+    n = rows.numel()
+    keep = torch.nonzero(rows.cpu()).squeeze(1)
+    if keep.numel() == 0:  # nothing to estimate from
+        return torch.zeros(n, device=rows.device)
+    sub = {k: v[keep.to(v.device)] if isinstance(v, torch.Tensor) and v.dim() >= 1 and v.shape[0] == n else v
+           for k, v in available.items()}
+    out = call_with_inputs(fn, sub, what)
+    full = out.new_zeros((n, *out.shape[1:]))
+    full[keep.to(out.device)] = out
+    return full
+
+
 def broadcast_to_tokens(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """[N] per-sample advantages -> [N, T] on the mask; [N, T] passes through (masked)."""
     adv = advantages.to(mask.dtype)

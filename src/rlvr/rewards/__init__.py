@@ -13,6 +13,8 @@ from rlvr.rewards.base import (
     RewardContext,
     RewardFunction,
     RewardOutput,
+    non_finite_metrics,
 )
 
-__all__ = ["REWARDS", "CorrectnessReward", "RewardComponent", "RewardContext", "RewardFunction", "RewardOutput"]
+__all__ = ["REWARDS", "CorrectnessReward", "RewardComponent", "RewardContext", "RewardFunction", "RewardOutput",
+           "non_finite_metrics"]

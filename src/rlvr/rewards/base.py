@@ -8,7 +8,9 @@ rewards that compare groups (Co-Reward). Components see whole groups so that lab
 vote) fit the same interface as per-sample verifiers.
 
 A failure in one sample gives that sample 0 with the reason recorded; a failing component gives its samples
-0; neither stops the run. Failures are counted by reason.
+0; neither stops the run. Failures are counted by reason. A component value that is not a finite number (NaN,
+inf) is logged with the sample and the component; that sample's reward is 0 and it is excluded (see
+`Sample.excluded`): the learner leaves it out of its group's statistics and trains on it nowhere.
 
 Gating (G-RA): a component with `gate: other` counts for a sample only when that sample's `other` reward is at
 least `gate_threshold`.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -222,19 +225,54 @@ class RewardFunction:
                 self.last_metrics.update({f"reward/{t.name}/{k}": float(v) for k, v in stats().items()})
         for g, group in enumerate(groups):
             for i, sample in enumerate(group.samples):
+                values = {t.name: _finite(scored[t.name][g][i].value) for t in self.terms}
+                non_finite = []
                 total = 0.0
                 for t in self.terms:
                     o = scored[t.name][g][i]
-                    sample.rewards[t.name] = o.value
-                    sample.meta.setdefault("reasons", {})[t.name] = o.reason
+                    reason = o.reason
+                    if values[t.name] is None:  # NaN, inf or not a number: this sample's reward is unknown
+                        non_finite.append(t.name)
+                        reason = f"non-finite reward {o.value!r}" + (f" ({o.reason})" if o.reason else "")
+                        self.failures[f"{t.name}: non-finite"] += 1
+                        log.warning("reward '%s' returned %r for sample %d of prompt %s (response %r); the sample "
+                                    "is scored 0 and left out of its group's statistics", t.name, o.value, i,
+                                    group.record.id, sample.text[:80])
+                    sample.rewards[t.name] = values[t.name] or 0.0
+                    sample.meta.setdefault("reasons", {})[t.name] = reason
                     if o.correct is not None:
                         sample.correct = o.correct
                     if o.failed:
                         self.failures[f"{t.name}: {_failure_kind(o.reason)}"] += 1
-                    if t.gate is not None and scored[t.gate][g][i].value < t.gate_threshold:
+                    if t.gate is not None and (values[t.gate] or 0.0) < t.gate_threshold:
                         continue  # gated: this term only counts once the outcome passes
-                    total += t.weight * o.value
-                sample.reward = total
+                    total += t.weight * sample.rewards[t.name]
+                if not non_finite and not math.isfinite(total):  # finite terms whose weighted sum overflows
+                    non_finite.append("sum")
+                    log.warning("the weighted reward sum is %r for sample %d of prompt %s; the sample is scored 0 "
+                                "and left out of its group's statistics", total, i, group.record.id)
+                if non_finite:
+                    sample.meta["non_finite_reward"] = non_finite
+                    sample.reward = 0.0
+                else:
+                    sample.meta.pop("non_finite_reward", None)
+                    sample.reward = total
+
+
+def _finite(value: Any) -> float | None:
+    """`value` as a float if it is a finite number, else None."""
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def non_finite_metrics(groups: Sequence[Group]) -> dict[str, float]:
+    """Per-step counts of samples whose reward was not a finite number (scored 0 and excluded)."""
+    samples = [s for g in groups for s in g.samples]
+    count = sum(s.excluded for s in samples)
+    return {"reward_non_finite": float(count), "reward_non_finite_frac": count / max(len(samples), 1)}
 
 
 def _failure_kind(reason: str) -> str:

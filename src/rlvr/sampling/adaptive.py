@@ -99,6 +99,8 @@ class ReinforceAdaSampler(BatchSampler):
                 first[i] = first[i] or group
                 pos, neg = pools[i]
                 for s in group.samples:
+                    if s.excluded:  # a non-finite reward: neither sign, and out of the prompt's statistics
+                        continue
                     (pos if s.reward > self.threshold else neg).append(s)
                 if self._done(len(pos), len(neg), n):
                     done[i], retired_at[i] = True, round_index

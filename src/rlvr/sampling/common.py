@@ -27,8 +27,9 @@ from rlvr.types import Group, Sample, TaskRecord
 
 
 def is_useful(group: Group) -> bool:
-    """True when the group's rewards are not all equal (a group-relative advantage is non-zero somewhere)."""
-    return len({float(s.reward) for s in group.samples}) > 1
+    """True when the group's rewards are not all equal (a group-relative advantage is non-zero somewhere).
+    Excluded samples (a non-finite reward) do not count: the advantage leaves them out."""
+    return len({float(s.reward) for s in group.samples if not s.excluded}) > 1
 
 
 def pass_rate(group: Group) -> float:

@@ -39,7 +39,7 @@ from rlvr.algorithms import (
     top_entropy_mask,
     truncated_is_weights,
 )
-from rlvr.algorithms.inputs import broadcast_to_tokens, call_with_inputs, tensor_inputs
+from rlvr.algorithms.inputs import broadcast_to_tokens, call_on_rows, call_with_inputs, tensor_inputs
 from rlvr.config import Config
 from rlvr.distributed import data_parallel as dp
 from rlvr.distributed import fsdp
@@ -229,17 +229,17 @@ class Learner:
         }
 
     def compute_advantages(self, batch: Batch, inputs: dict[str, Any]) -> torch.Tensor:
-        """Run the estimator on the prepared inputs; set `batch.advantages` (and the critic's returns).
-        Returns what the estimator returned: [N] per sample or [N, T] per token."""
+        """Run the estimator on the prepared inputs of the valid rows (`batch.valid`; the others get 0); set
+        `batch.advantages` (and the critic's returns). Returns [N] per sample or [N, T] per token."""
         name = f"advantage '{self.cfg.algorithm.advantage.name}'"
-        adv = call_with_inputs(self.advantage_fn, inputs, name)
+        adv = call_on_rows(self.advantage_fn, inputs, batch.valid, name)  # excluded samples: left out, 0
         batch.advantages = broadcast_to_tokens(adv, batch.mask)
         if self.critic is not None:
             raw = adv
             if self.advantage_fn.keywords.get("whiten"):  # value targets use un-whitened advantages
                 unwhitened = functools.partial(self.advantage_fn.func, **{**self.advantage_fn.keywords,
                                                                           "whiten": False})
-                raw = call_with_inputs(unwhitened, inputs, name)
+                raw = call_on_rows(unwhitened, inputs, batch.valid, name)
             batch.returns = gae_returns(broadcast_to_tokens(raw, batch.mask), batch.values, batch.mask)
         return adv
 

@@ -38,7 +38,7 @@ from rlvr.models import (
     resolve_model_path,
 )
 from rlvr.models.lora import apply_lora, exportable, is_lora, load_lora_state, lora_state
-from rlvr.rewards import RewardContext, RewardFunction
+from rlvr.rewards import RewardContext, RewardFunction, non_finite_metrics
 from rlvr.rollout import (
     ENGINES,
     SamplingParams,
@@ -63,9 +63,11 @@ from rlvr.tasks import PromptRenderer, build_task
 from rlvr.tracking import RolloutWriter, build_sinks, check_sinks
 from rlvr.trainer.async_loop import AsyncBatches
 from rlvr.trainer.checkpoint import (
+    CheckpointError,
     checkpoint_dir,
     latest_checkpoint,
     load_trainer_state,
+    resume_checkpoint,
     save_checkpoint,
     save_hf_dir,
     set_rng_state,
@@ -267,7 +269,7 @@ def _train(cfg: Config, run_dir: Path, resume: bool, stop_after: int | None, tas
 def _build(cfg: Config, run_dir: Path, resume: bool, task: Any, tokenizer: Any, device: torch.device) -> Run:
     seed_everything(cfg.run.seed)
     dtype = resolve_dtype(cfg.model.dtype, device)
-    checkpoint = latest_checkpoint(run_dir) if resume else None
+    checkpoint = _resume_point(run_dir) if resume else None
     lora = cfg.model.lora
     # with LoRA the base weights come from model.path and the adapters from the checkpoint's trainer state
     policy = load_causal_lm(checkpoint if checkpoint is not None and lora is None else cfg.model.path, dtype=dtype,
@@ -330,7 +332,10 @@ def _build(cfg: Config, run_dir: Path, resume: bool, task: Any, tokenizer: Any, 
         sharded_policy=sharded,
     )
     if checkpoint is not None:
-        state = load_trainer_state(checkpoint)
+        try:
+            state = load_trainer_state(checkpoint)
+        except CheckpointError as err:
+            raise TrainingError(str(err)) from None
         if lora is not None:
             load_lora_state(policy, state["lora"])
         learner.load_state_dict(state["learner"])
@@ -343,6 +348,18 @@ def _build(cfg: Config, run_dir: Path, resume: bool, task: Any, tokenizer: Any, 
         console.print(f"No complete checkpoint in {run_dir}; starting it from step 0")
     engine.sync_weights(policy, version=run.start_step)
     return run
+
+
+def _resume_point(run_dir: Path) -> Path | None:
+    """The newest checkpoint that verifies (rank 0 checks, moves damaged ones aside and tells every rank)."""
+    found = None
+    if dp.is_main():
+        try:
+            found = resume_checkpoint(run_dir, say=lambda m: console.print(m, style="yellow", markup=False))
+        except CheckpointError as err:
+            raise TrainingError(str(err)) from None
+    found = dp.broadcast_object(str(found) if found is not None else None)
+    return Path(found) if found is not None else None
 
 
 def _loop(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | None, signals: StopSignals) -> Path:
@@ -510,6 +527,7 @@ def rollout_metrics(groups: list[Group], reward_fn: RewardFunction) -> dict[str,
     for name, _, _ in reward_fn.components:
         metrics[f"reward/{name}"] = sum(s.rewards.get(name, 0.0) for s in samples) / len(samples)
     metrics.update(reward_fn.last_metrics)
+    metrics.update(non_finite_metrics(groups))  # samples scored 0 and excluded this step
     for reason, count in sorted(reward_fn.failures.items()):
         metrics[f"reward_failures/{reason}"] = float(count)
     return metrics
