@@ -581,3 +581,34 @@ def test_jsonl_huge_row_is_bounded_and_reported(tmp_path: Path) -> None:
     assert rows[2][1].reason == f"line is {len(huge) + 1} bytes, longer than the 1000-byte limit"
     assert rows[3][1] == _rows(1)[0]
     assert isinstance(read_rows(p)[2][1], dict)  # under the default limit it is an ordinary row
+
+
+def test_reasoning_gym_plain_prompt_carries_the_answer_format() -> None:
+    from rlvr.models import load_tokenizer
+    from rlvr.tasks import PromptRenderer, build_task
+
+    task = build_task("reasoning_gym", {"dataset": "gcd", "train_size": 4, "eval_size": 2})
+    rec = task.heldout[0]
+    PromptRenderer(task, load_tokenizer("builtin"))  # no chat template: plain prompts
+    assert task.plain_prompts and task.prefilled
+    text = task.plain_prompt(rec)
+    assert text.startswith(rec.question) and "<answer></answer>" in text and text.endswith("\n<answer>")
+    assert task.verify(f"{rec.answer}</answer> and more", rec).correct  # the prompt opened the tag
+    assert task.verify(f" {rec.answer}", rec).correct  # never closed: the whole response is the answer
+    assert task.verify(f"<answer>{rec.answer}</answer>", rec).correct  # a full pair still works
+    empty = task.verify("</answer>", rec)
+    assert not empty.correct and empty.reason == "empty answer"
+    assert task.extract_answer(f"{rec.answer}</answer>") == rec.answer
+
+
+def test_reasoning_gym_chat_path_still_needs_the_tags(tiny_chat_model_dir: Path) -> None:
+    from rlvr.models import load_tokenizer
+    from rlvr.tasks import PromptRenderer, build_task
+
+    task = build_task("reasoning_gym", {"dataset": "gcd", "train_size": 4, "eval_size": 2})
+    rec = task.heldout[0]
+    PromptRenderer(task, load_tokenizer(str(tiny_chat_model_dir)))
+    assert not task.plain_prompts and not task.prefilled
+    assert task.verify(rec.answer, rec).reason == "no <answer> tag"
+    assert task.verify(f"<answer>{rec.answer}</answer>", rec).correct
+    assert "<answer>" in task.chat_messages(rec)[0]["content"]  # reasoning-gym's system prompt
