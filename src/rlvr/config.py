@@ -518,18 +518,21 @@ _SWITCHABLE: tuple[tuple[tuple[str, ...], str, str | None, frozenset[str]], ...]
     (("algorithm", "loss"), "name", None, frozenset()),
     (("rewards", "*"), "name", None, frozenset({"weight", "gate", "gate_threshold"})),
     (("rollout",), "engine", "engine_options", frozenset()),
+    (("agent", "environment"), "name", None, frozenset()),
+    (("agent", "tools", "*"), "name", None, frozenset()),
 )
 
 
 def _registry_for(path: tuple[str, ...]) -> Any:
     from rlvr.algorithms import ADVANTAGES, LOSSES
     from rlvr.rewards import REWARDS
-    from rlvr.rollout import ENGINES
+    from rlvr.rollout import ENGINES, ENVIRONMENTS, TOOLS
     from rlvr.sampling import SAMPLERS
     from rlvr.tasks import TASKS
 
     return {("task",): TASKS, ("sampling",): SAMPLERS, ("algorithm", "advantage"): ADVANTAGES,
-            ("algorithm", "loss"): LOSSES, ("rewards", "*"): REWARDS, ("rollout",): ENGINES}[path]
+            ("algorithm", "loss"): LOSSES, ("rewards", "*"): REWARDS, ("rollout",): ENGINES,
+            ("agent", "environment"): ENVIRONMENTS, ("agent", "tools", "*"): TOOLS}[path]
 
 
 def _sections(data: Any, path: tuple[str, ...]) -> list[tuple[tuple[str, ...], Any]]:

@@ -151,3 +151,18 @@ def test_fast_pass_costs_little_in_process() -> None:
     with pytest.raises(ConfigError):
         load_config(ROOT / "recipes/grpo.yaml", ["train.stepz=3"])
     assert time.perf_counter() - start < 5
+
+
+def test_agent_environment_and_tool_switch(tmp_path: Path) -> None:
+    recipe = _recipe(tmp_path, {"agent": {"environment": {"name": "guess_number", "high": 50},
+                                          "tools": [{"name": "python", "timeout": 3, "memory_mb": 256}]}})
+    notes: list[str] = []
+    cfg = load_config(recipe, ["agent.environment.name=tools", "agent.tools.0.name=calculator"], notes=notes)
+    assert cfg.agent.environment.name == "tools" and "high" not in cfg.agent.environment.params
+    tool = cfg.agent.tools[0]
+    assert tool.name == "calculator" and tool.timeout == 3 and "memory_mb" not in tool.params
+    assert notes == [
+        "agent.environment.name changed from 'guess_number' to 'tools': dropped agent.environment.high "
+        "('tools' does not take it)",
+        "agent.tools.0.name changed from 'python' to 'calculator': dropped agent.tools.0.memory_mb "
+        "('calculator' does not take it)"]
