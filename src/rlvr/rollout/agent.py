@@ -28,12 +28,18 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-
+from rlvr.agent_config import (  # noqa: F401  (re-exported)
+    AgentConfig,
+    EnvironmentSpec,
+    ToolSpec,
+    _fill,
+    _NamedSpec,
+    turn_budget_registry,
+)
 from rlvr.rollout.base import RolloutEngine, SamplingParams
 from rlvr.rollout.env import ENVIRONMENTS, Environment, StepResult
 from rlvr.rollout.format import AgentFormat
-from rlvr.rollout.tools import TOOLS, ToolSet, build_tool
+from rlvr.rollout.tools import ToolSet, build_tool
 from rlvr.types import Group, Sample, TaskRecord
 
 log = logging.getLogger(__name__)
@@ -44,14 +50,8 @@ TRUNCATION_REASONS = ("max_turns", "max_total_tokens", "turn_tokens")
 # -- configuration ---------------------------------------------------------------------------------------
 
 
-from rlvr.agent_config import (  # noqa: E402,F401  (the config section lives apart; re-exported)
-    AgentConfig,
-    EnvironmentSpec,
-    ToolSpec,
-    _fill,
-    _NamedSpec,
-    turn_budget_registry,
-)
+# The `agent:` config section (AgentConfig, EnvironmentSpec, ToolSpec) lives in rlvr/agent_config.py, so that
+# reading a config imports no torch; it is re-exported here.
 
 
 def build_turn_budget(cfg: AgentConfig) -> Callable[[int, int], int] | None:
