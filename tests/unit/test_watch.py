@@ -60,7 +60,7 @@ def test_zero_spread_warns_once_after_patience_with_the_cause() -> None:
     flat = _groups([[0.0, 0.0]] * 20)
     assert watch.observe(1, flat) is None
     assert watch.observe(2, flat) is None
-    msg = watch.observe(3, flat, "reasoning_gym", chat=False)
+    msg = watch.observe(3, flat, chat=False)
     assert msg is not None and out == [msg]
     assert "100% of groups" in msg and "3 steps in a row" in msg and "most common reward 0" in msg
     assert "no chat template" in msg and "'no <answer> tag' (40)" in msg

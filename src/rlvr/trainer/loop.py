@@ -361,8 +361,9 @@ def _loop(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | None, 
 def _loop_body(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | None, signals: StopSignals,
                heartbeat: Heartbeat) -> Path:
     cfg, learner, reward_fn = run.cfg, run.learner, run.reward_fn
-    heartbeat.doing("evaluating the starting model (eval.before)")
-    before = run.evaluate("before") if cfg.eval.before and run.start_step == 0 else saved_eval(run.run_dir, "before")
+    fresh_before = cfg.eval.before and run.start_step == 0
+    heartbeat.doing("evaluating the starting model (eval.before)" if fresh_before else "starting")
+    before = run.evaluate("before") if fresh_before else saved_eval(run.run_dir, "before")
     spread = ZeroSpreadWatch()
     last_step = cfg.train.steps if stop_after is None else min(cfg.train.steps, stop_after)
     batches = AsyncBatches(run) if cfg.distributed.mode == "async" else SyncBatches(run)
@@ -417,7 +418,7 @@ def _loop_body(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | N
                 heartbeat.printed()
             log.info("step %d %s", step, line)
             if dp.is_main():
-                spread.observe(step, groups, cfg.task.name, run.renderer.uses_chat)
+                spread.observe(step, groups, chat=run.renderer.uses_chat)
 
             if run.faults >= cfg.train.max_fault_steps:
                 path = run.checkpoint(step)
@@ -448,7 +449,7 @@ def _loop_body(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | N
     if dp.is_main():
         save_hf_dir(exportable(run.policy), run.tokenizer, run.run_dir / "final")
     dp.barrier()
-    heartbeat.doing("evaluating the trained model (eval.after)")
+    heartbeat.doing("evaluating the trained model (eval.after)" if cfg.eval.after else "finishing")
     after = run.evaluate("after") if cfg.eval.after else None
     if not dp.is_main():
         return run.run_dir

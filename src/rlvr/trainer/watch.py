@@ -88,8 +88,9 @@ class ZeroSpreadWatch:
         self.streak = 0
         self.warned = False
 
-    def observe(self, step: int, groups: Sequence[Any], task_name: str = "", chat: bool | None = None
-                ) -> str | None:
+    def observe(self, step: int, groups: Sequence[Any], chat: bool | None = None) -> str | None:
+        """Count this step's groups; warn (once) and return the message when the streak reaches `patience`.
+        `chat`: whether prompts went through a chat template (False adds a hint about system prompts)."""
         if not groups or self.warned:
             return None
         flat = sum(len({s.reward for s in g.samples}) <= 1 for g in groups) / len(groups)
