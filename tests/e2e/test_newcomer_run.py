@@ -52,3 +52,16 @@ def test_fail_prints_brackets_verbatim(capsys) -> None:
         _fail(ConfigError("needs vLLM: pip install 'rlvr[vllm]'; see [bold]docs[/bold]"))
     err = capsys.readouterr().err
     assert "pip install 'rlvr[vllm]'" in err and "[bold]docs[/bold]" in err
+
+
+def test_a_run_that_cannot_learn_says_so(tmp_path: Path) -> None:
+    # the failure issue 21 found: reasoning-gym's format lived only in the system prompt, which a model without a
+    # chat template never sees; every sample scored 0 and nothing warned. A plain prompt without the format
+    # reproduces it.
+    res = runner.invoke(app, ["train", GRPO, f"run.dir={tmp_path / 'run'}", "train.steps=3", "eval.before=false",
+                              "eval.after=false", *TINY, "task.name=reasoning_gym", "task.dataset=gcd",
+                              "task.train_size=8", "task.eval_size=2", "task.prompt_template='{question}'"])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "warning: 100% of groups had the same reward for every sample for 3 steps in a row" in text
+    assert "no chat template" in text and "'no <answer> tag'" in text
