@@ -195,8 +195,9 @@ def test_documented_command_parses_and_loads(command: DocCommand, tmp_path: Path
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=[r.name for r in RECIPES])
 def test_every_recipe_loads(recipe: Path) -> None:
-    schema = SFTConfig if "data" in recipe.read_text().split("\n# ")[-1] and recipe.stem.startswith("sft") \
-        else Config
+    import yaml
+
+    schema = SFTConfig if "data" in (yaml.safe_load(recipe.read_text()) or {}) else Config  # `rlvr sft` recipes
     cfg = load_config(recipe, ["model.path=builtin"], schema=schema)
     assert cfg.run.name
 
