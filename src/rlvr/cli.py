@@ -23,19 +23,33 @@ config_app = typer.Typer(help="Inspect configurations.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    from rlvr.config import ConfigError
-    from rlvr.models import ModelError
-    from rlvr.registry import RegistryError
-    from rlvr.tasks import TaskError
-    from rlvr.trainer.loop import TrainingError
+    """The exception types that are a user's problem (printed as one error line, no traceback).
 
-    return (ConfigError, ModelError, RegistryError, TaskError, TrainingError, FileNotFoundError)
+    Only modules already imported are asked: an error class can be raised only once its module is loaded, and
+    importing the trainer here would cost seconds (torch, transformers) before a config typo is printed."""
+    from rlvr.config import ConfigError
+    from rlvr.registry import RegistryError
+
+    errors: list[type[BaseException]] = [ConfigError, RegistryError, FileNotFoundError]
+    for module, name in (("rlvr.models", "ModelError"), ("rlvr.tasks", "TaskError"),
+                         ("rlvr.trainer.loop", "TrainingError")):
+        cls = getattr(sys.modules.get(module), name, None)
+        if isinstance(cls, type):
+            errors.append(cls)
+    return tuple(errors)
+
+
+def _console():  # noqa: ANN202  (rich's Console; imported here so a config error costs no torch import)
+    from rich.console import Console
+
+    return Console(stderr=True, soft_wrap=True)
 
 
 def _fail(err: BaseException) -> None:
-    from rlvr.runtime import console
+    from rich.markup import escape
 
-    console.print(f"[bold red]error:[/bold red] {err}", highlight=False)
+    # escape: a message may hold brackets (`pip install 'rlvr[vllm]'`, `rewards[0]`) that rich would eat as markup
+    _console().print(f"[bold red]error:[/bold red] {escape(str(err))}", highlight=False)
     raise typer.Exit(code=2)
 
 
@@ -85,13 +99,13 @@ def train(
 
     Example: rlvr train recipes/grpo.yaml train.steps=50 run.dir=runs/try1
     """
-    from rlvr.config import load_config
+    from rlvr.config import ConfigError, load_config
 
     try:
         recipe, overrides = _split_args(args)
         if resume is not None:
             if recipe is not None:
-                raise _user_errors()[0](f"--resume takes the config saved in {resume}; drop '{recipe}' "
+                raise ConfigError(f"--resume takes the config saved in {resume}; drop '{recipe}' "
                                         "(overrides are still allowed)")
             cfg = load_config(resume / "config.yaml", [*overrides, f"run.dir={resume}"])
         else:
@@ -104,9 +118,9 @@ def train(
         try:
             run_train(cfg, resume=resume is not None, stop_after=stop_after)
         except TrainingInterrupted as stop:
-            from rlvr.runtime import console
+            from rich.markup import escape
 
-            console.print(f"[yellow]{stop}[/yellow]")
+            _console().print(f"[yellow]{escape(str(stop))}[/yellow]")
             raise typer.Exit(code=stop.exit_code) from None
     except _user_errors() as err:
         _fail(err)

@@ -10,6 +10,7 @@ is validated, so `rlvr config show` prints every default that will be used.
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,7 +18,7 @@ import pydantic
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from rlvr.rollout.agent import AgentConfig
+from rlvr.agent_config import AgentConfig
 
 
 class ConfigError(ValueError):
@@ -300,7 +301,9 @@ class Config(Strict):
                                       "(docs/agents.md); absent: single-turn.")
 
     @model_validator(mode="after")
-    def _bind_components(self) -> Config:
+    def _bind_components(self, validation: pydantic.ValidationInfo) -> Config:
+        if validation.context and validation.context.get("bind_components") is False:
+            return self
         problems = resolve_components(self)
         if problems:
             raise ValueError("\n".join(problems))
@@ -506,8 +509,112 @@ def _component_default(schema: type[BaseModel] | None, path: list[str]) -> dict[
     return {}
 
 
-def apply_overrides(data: dict[str, Any], overrides: list[str], schema: type[BaseModel] | None = None
-                    ) -> dict[str, Any]:
+# Sections that select a registered component: (path to the section, key holding the name, key holding the
+# parameters or None when they sit beside the name, keys of the section that are not the component's own).
+_SWITCHABLE: tuple[tuple[tuple[str, ...], str, str | None, frozenset[str]], ...] = (
+    (("task",), "name", None, frozenset()),
+    (("sampling",), "name", None, frozenset()),
+    (("algorithm", "advantage"), "name", None, frozenset()),
+    (("algorithm", "loss"), "name", None, frozenset()),
+    (("rewards", "*"), "name", None, frozenset({"weight", "gate", "gate_threshold"})),
+    (("rollout",), "engine", "engine_options", frozenset()),
+    (("agent", "environment"), "name", None, frozenset()),
+    (("agent", "tools", "*"), "name", None, frozenset()),
+)
+
+
+def _registry_for(path: tuple[str, ...]) -> Any:
+    from rlvr.algorithms import ADVANTAGES, LOSSES
+    from rlvr.rewards import REWARDS
+    from rlvr.rollout import ENGINES, ENVIRONMENTS, TOOLS
+    from rlvr.sampling import SAMPLERS
+    from rlvr.tasks import TASKS
+
+    return {("task",): TASKS, ("sampling",): SAMPLERS, ("algorithm", "advantage"): ADVANTAGES,
+            ("algorithm", "loss"): LOSSES, ("rewards", "*"): REWARDS, ("rollout",): ENGINES,
+            ("agent", "environment"): ENVIRONMENTS, ("agent", "tools", "*"): TOOLS}[path]
+
+
+def _sections(data: Any, path: tuple[str, ...]) -> list[tuple[tuple[str, ...], Any]]:
+    """The sections of `data` at `path` ('*' = every list item), with their concrete paths."""
+    found: list[tuple[tuple[str, ...], Any]] = [((), data)]
+    for part in path:
+        nxt: list[tuple[tuple[str, ...], Any]] = []
+        for where, node in found:
+            if part == "*" and isinstance(node, list):
+                nxt += [((*where, str(i)), item) for i, item in enumerate(node)]
+            elif isinstance(node, dict) and part in node:
+                nxt.append(((*where, part), node[part]))
+        found = nxt
+    return found
+
+
+def _component_name(section: Any, name_key: str) -> str | None:
+    if isinstance(section, str):
+        return section if name_key == "name" else None
+    if isinstance(section, dict) and isinstance(section.get(name_key), str):
+        return section[name_key]
+    return None
+
+
+def drop_stale_parameters(before: dict[str, tuple[Any, str | None]], data: dict[str, Any],
+                          explicit: set[tuple[str, ...]]) -> list[str]:
+    """After overrides switched a component's name, drop the old component's parameters the new one does not
+    take, unless an override set them explicitly (those still fail validation, naming the key).
+
+    `before` maps each switchable section's concrete path (dotted) to (the section object, its name) before
+    the overrides; `explicit` holds every overridden key path. Returns one info line per switched section.
+    """
+    notes: list[str] = []
+    for path, name_key, params_key, own in _SWITCHABLE:
+        for where, section in _sections(data, path):
+            dotted = ".".join(where)
+            if dotted not in before or not isinstance(section, dict):
+                continue
+            old_section, old_name = before[dotted]
+            if old_name is None and name_key == "engine" and isinstance(old_section, dict):
+                old_name = RolloutConfig.model_fields["engine"].default  # the recipe kept the default engine
+            new_name = _component_name(section, name_key)
+            if section is not old_section or old_name is None or new_name in (None, old_name):
+                continue  # replaced as a whole (its keys are the override's), or not switched
+            registry = _registry_for(path)
+            if new_name not in registry:
+                continue  # validation reports the unknown name
+            valid = set(registry.params_model(new_name).model_fields)
+            holder, holder_path = section, where
+            if params_key is not None:
+                holder, holder_path = section.get(params_key), (*where, params_key)
+                if not isinstance(holder, dict):
+                    continue
+            dropped = [k for k in list(holder) if k not in valid and k not in own and k != name_key
+                       and (*holder_path, k) not in explicit and holder_path not in explicit]
+            for k in dropped:
+                del holder[k]
+            if dropped:
+                keys = ", ".join(".".join((*holder_path, k)) for k in dropped)
+                notes.append(f"{dotted}.{name_key} changed from {old_name!r} to {new_name!r}: dropped {keys} "
+                             f"({new_name!r} does not take {'it' if len(dropped) == 1 else 'them'})")
+    return notes
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str], schema: type[BaseModel] | None = None,
+                    notes: list[str] | None = None) -> dict[str, Any]:
+    """Apply `key.sub=value` overrides in order. When one switches a component's name (task.name=...,
+    rollout.engine=...), the previous component's parameters that the new one does not take are dropped (an
+    info line per switch is appended to `notes`); parameters given explicitly are kept, so they still fail."""
+    before = {".".join(where): (section, _component_name(section, name_key))
+              for path, name_key, _, _ in _SWITCHABLE for where, section in _sections(data, path)}
+    explicit: set[tuple[str, ...]] = set()
+    for item in overrides:
+        explicit.add(tuple(parse_override(item)[0]))
+    _apply(data, overrides, schema)
+    found = drop_stale_parameters(before, data, explicit)
+    if notes is not None:
+        notes.extend(found)
+    return data
+
+
+def _apply(data: dict[str, Any], overrides: list[str], schema: type[BaseModel] | None) -> None:
     for item in overrides:
         path, value = parse_override(item)
         node: Any = data
@@ -532,7 +639,6 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], schema: type[Bas
             node[int(last)] = value
         else:
             node[last] = value
-    return data
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
@@ -549,16 +655,35 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
 
 
 def validate(schema: type[Strict], data: dict[str, Any], source: str | None = None) -> Any:
-    try:
-        return schema.model_validate(data)
-    except pydantic.ValidationError as err:
-        raise ConfigError(format_validation_error(err, schema), source) from None
+    """Validate in two passes. The first checks the plain schema (unknown keys, types, ranges) without binding
+    components, so it imports no registry and hence no torch: a typo is reported in a fraction of a second.
+    The second binds each component to its registry entry (which imports torch)."""
+    for context in ({"bind_components": False}, None):
+        try:
+            cfg = schema.model_validate(data, context=context)
+        except pydantic.ValidationError as err:
+            raise ConfigError(format_validation_error(err, schema), source) from None
+    return cfg
 
 
-def load_config(path: str | Path | None, overrides: list[str] | None = None, schema: type[Strict] = Config):
-    """Read a recipe, apply `key.sub=value` overrides and validate. Raises ConfigError."""
+def info(line: str) -> None:
+    """An info line for the person at the console (stderr, so `rlvr config show > x.yaml` stays clean)."""
+    print(f"info: {line}", file=sys.stderr)
+
+
+def load_config(path: str | Path | None, overrides: list[str] | None = None, schema: type[Strict] = Config,
+                notes: list[str] | None = None):
+    """Read a recipe, apply `key.sub=value` overrides and validate. Raises ConfigError.
+
+    Info lines (parameters dropped by a component switch) go to `notes` if given, else to stderr."""
     data = read_yaml(path) if path is not None else {}
-    data = apply_overrides(data, list(overrides or []), schema)
+    found: list[str] = []
+    data = apply_overrides(data, list(overrides or []), schema, found)
+    if notes is not None:
+        notes.extend(found)
+    else:
+        for line in found:
+            info(line)
     cfg = validate(schema, data, str(path) if path else None)
     if cfg.run.name is None:
         cfg.run.name = Path(path).stem if path else schema.__name__.lower().replace("config", "") or "run"

@@ -537,3 +537,78 @@ def test_renderer_chat_ids_match_rendered_text(tiny_chat_model_dir, small_task: 
     ids, text = PromptRenderer(small_task, tok).render(rec)
     assert " " in text
     assert tok.decode(ids) == text
+
+
+def _write_bytes(path: Path, lines: list[bytes], final_newline: bool = True) -> Path:
+    path.write_bytes(b"\n".join(lines) + (b"\n" if final_newline else b""))
+    return path
+
+
+def _good_lines(n: int) -> list[bytes]:
+    return [json.dumps(r).encode() for r in _rows(n)]
+
+
+def test_jsonl_undecodable_byte_is_a_bad_row_not_a_traceback(tmp_path: Path) -> None:
+    lines = _good_lines(10)
+    lines.insert(4, b'{"prompt": "caf\xe9?", "answer": "1"}')  # row 5: Latin-1 byte, not UTF-8
+    p = _write_bytes(tmp_path / "latin.jsonl", lines)
+    task = JsonlTask(path=str(p), eval_fraction=0.2)
+    assert task.bad_rows == 1
+    assert len(task.train) + len(task.heldout) == 10
+    with pytest.raises(TaskError) as info:
+        JsonlTask(path=str(p), on_bad_row="error")
+    msg = str(info.value)
+    assert f"row 5 of '{p}'" in msg and "not UTF-8" in msg and "0xe9" in msg and "column 16" in msg  # {"prompt": "caf is 15 bytes
+
+
+def test_jsonl_truncated_last_line(tmp_path: Path) -> None:
+    lines = [*_good_lines(6), b'{"prompt": "What is 9 + 1?", "ans']
+    p = _write_bytes(tmp_path / "cut.jsonl", lines, final_newline=False)
+    task = JsonlTask(path=str(p), eval_fraction=0.2)
+    assert task.bad_rows == 1 and len(task.train) + len(task.heldout) == 6
+    with pytest.raises(TaskError, match=r"row 7 .*invalid JSON.*last line may be truncated"):
+        JsonlTask(path=str(p), on_bad_row="error")
+
+
+def test_jsonl_huge_row_is_bounded_and_reported(tmp_path: Path) -> None:
+    from rlvr.tasks.jsonl import BadRow, read_rows
+
+    huge = json.dumps({"prompt": "x" * 5000, "answer": "1"}).encode()
+    p = _write_bytes(tmp_path / "huge.jsonl", [*_good_lines(2), huge, *_good_lines(1)])
+    rows = read_rows(p, max_row_bytes=1000)
+    assert [n for n, _ in rows] == [1, 2, 3, 4]  # line numbers stay right after the long line
+    assert isinstance(rows[2][1], BadRow)
+    assert rows[2][1].reason == f"line is {len(huge) + 1} bytes, longer than the 1000-byte limit"
+    assert rows[3][1] == _rows(1)[0]
+    assert isinstance(read_rows(p)[2][1], dict)  # under the default limit it is an ordinary row
+
+
+def test_reasoning_gym_plain_prompt_carries_the_answer_format() -> None:
+    from rlvr.models import load_tokenizer
+    from rlvr.tasks import PromptRenderer, build_task
+
+    task = build_task("reasoning_gym", {"dataset": "gcd", "train_size": 4, "eval_size": 2})
+    rec = task.heldout[0]
+    PromptRenderer(task, load_tokenizer("builtin"))  # no chat template: plain prompts
+    assert task.plain_prompts and task.prefilled
+    text = task.plain_prompt(rec)
+    assert text.startswith(rec.question) and "<answer></answer>" in text and text.endswith("\n<answer>")
+    assert task.verify(f"{rec.answer}</answer> and more", rec).correct  # the prompt opened the tag
+    assert task.verify(f" {rec.answer}", rec).correct  # never closed: the whole response is the answer
+    assert task.verify(f"<answer>{rec.answer}</answer>", rec).correct  # a full pair still works
+    empty = task.verify("</answer>", rec)
+    assert not empty.correct and empty.reason == "empty answer"
+    assert task.extract_answer(f"{rec.answer}</answer>") == rec.answer
+
+
+def test_reasoning_gym_chat_path_still_needs_the_tags(tiny_chat_model_dir: Path) -> None:
+    from rlvr.models import load_tokenizer
+    from rlvr.tasks import PromptRenderer, build_task
+
+    task = build_task("reasoning_gym", {"dataset": "gcd", "train_size": 4, "eval_size": 2})
+    rec = task.heldout[0]
+    PromptRenderer(task, load_tokenizer(str(tiny_chat_model_dir)))
+    assert not task.plain_prompts and not task.prefilled
+    assert task.verify(rec.answer, rec).reason == "no <answer> tag"
+    assert task.verify(f"<answer>{rec.answer}</answer>", rec).correct
+    assert "<answer>" in task.chat_messages(rec)[0]["content"]  # reasoning-gym's system prompt

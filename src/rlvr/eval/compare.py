@@ -210,7 +210,9 @@ def print_comparison(result: dict[str, Any], out_dir: str | Path | None = None) 
                   f"trained only {cov['trained_only']['count']}, neither {cov['neither']['count']}")
     console.print(crossover_sentence(result))
     if out_dir is not None:
-        console.print(f"Wrote {Path(out_dir) / 'comparison.md'}, comparison.json, passk.png")
+        from rich.markup import escape
+
+        console.print(escape(f"Wrote {Path(out_dir) / 'comparison.md'}, comparison.json, passk.png"))
 
 
 def run_compare(cfg: Any, base: str, trained: str, out_dir: str | Path) -> dict[str, Any]:

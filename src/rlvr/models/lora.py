@@ -31,6 +31,15 @@ def apply_lora(model: Any, spec: Any) -> Any:
     return wrapped
 
 
+def lora_summary(model: Any, spec: Any) -> str:
+    """What peft users expect to see: adapters on, where, and how many parameters train."""
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in model.parameters())
+    targets = spec.target_modules if isinstance(spec.target_modules, str) else ", ".join(spec.target_modules)
+    return (f"LoRA adapters on ({targets}; r={spec.r}, alpha={spec.alpha:g}, dropout={spec.dropout:g}): "
+            f"trainable params {trainable:,} of {total:,} ({100 * trainable / max(total, 1):.2f}%)")
+
+
 def is_lora(model: Any) -> bool:
     return hasattr(model, "peft_config") and hasattr(model, "get_base_model")
 

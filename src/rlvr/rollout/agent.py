@@ -28,12 +28,18 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-
+from rlvr.agent_config import (  # noqa: F401  (re-exported)
+    AgentConfig,
+    EnvironmentSpec,
+    ToolSpec,
+    _fill,
+    _NamedSpec,
+    turn_budget_registry,
+)
 from rlvr.rollout.base import RolloutEngine, SamplingParams
 from rlvr.rollout.env import ENVIRONMENTS, Environment, StepResult
 from rlvr.rollout.format import AgentFormat
-from rlvr.rollout.tools import TOOLS, ToolSet, build_tool
+from rlvr.rollout.tools import ToolSet, build_tool
 from rlvr.types import Group, Sample, TaskRecord
 
 log = logging.getLogger(__name__)
@@ -44,89 +50,8 @@ TRUNCATION_REASONS = ("max_turns", "max_total_tokens", "turn_tokens")
 # -- configuration ---------------------------------------------------------------------------------------
 
 
-class _NamedSpec(BaseModel):
-    """`name` of a registered entry plus its parameters (all other keys). A bare string is a name."""
-
-    model_config = ConfigDict(extra="allow")
-    name: str
-
-    @model_validator(mode="before")
-    @classmethod
-    def _from_string(cls, v: Any) -> Any:
-        return {"name": v} if isinstance(v, str) else v
-
-    @property
-    def params(self) -> dict[str, Any]:
-        return dict(self.model_extra or {})
-
-
-class ToolSpec(_NamedSpec):
-    """A tool of the `tools` environment: `calculator`, or `{name: sql, path: data.db}`."""
-
-
-class EnvironmentSpec(_NamedSpec):
-    """The environment: `tools`, or `{name: guess_number, high: 50}`."""
-
-
-def _fill(spec: _NamedSpec, registry: Any, where: str) -> _NamedSpec:
-    for k, v in registry.resolve(spec.name, spec.params, where).items():
-        setattr(spec, k, v)
-    return spec
-
-
-class AgentConfig(BaseModel):
-    """Multi-turn rollouts (the `agent:` section). Without it, rollouts are single-turn."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-    environment: EnvironmentSpec = Field(default_factory=lambda: EnvironmentSpec(name="tools"), validate_default=True,
-                                         description="tools (the model calls `tools`), guess_number, or a registered one.")
-    tools: list[ToolSpec] = Field(default_factory=list,
-                                  description="Tools of the environment: calculator, python, search, sql, ...")
-    max_turns: int = Field(4, ge=1, description="Model turns per episode.")
-    max_total_tokens: int = Field(512, ge=1, description="Response tokens per episode, observations included.")
-    max_turn_tokens: int | None = Field(None, ge=1, description="New tokens per turn; default rollout.max_new_tokens.")
-    max_obs_tokens: int = Field(256, ge=1, description="Tokens of one tool output (or observation); longer ones are cut.")
-    tool_workers: int = Field(8, ge=1, description="Threads stepping environments (running tool calls) concurrently.")
-    tools_in_prompt: bool = Field(True, description="Announce the tools' schemas in the prompt.")
-    env_reward_scale: float = Field(1.0, description="Weight of the environment's own per-turn rewards.")
-    tool_error_penalty: float = Field(0.0, ge=0, description="Per failed tool call, subtracted from env_reward.")
-    turn_penalty: float = Field(0.0, ge=0, description="Per model turn, subtracted from env_reward.")
-    turn_budget: str | None = Field(None, description="A TURN_BUDGETS schedule: max turns as a function of the step.")
-    turn_budget_params: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("environment")
-    @classmethod
-    def _environment(cls, spec: EnvironmentSpec) -> EnvironmentSpec:
-        return _fill(spec, ENVIRONMENTS, "environment")
-
-    @field_validator("tools")
-    @classmethod
-    def _tools(cls, specs: list[ToolSpec]) -> list[ToolSpec]:
-        names = [s.name for s in specs]
-        if len(set(names)) != len(names):
-            raise ValueError(f"each tool may appear once; got {names}")
-        return [_fill(s, TOOLS, f"tools[{i}]") for i, s in enumerate(specs)]
-
-    @model_validator(mode="after")
-    def _checks(self) -> AgentConfig:
-        if self.environment.name == "tools" and not self.tools:
-            raise ValueError(f"tools: the 'tools' environment needs at least one tool; available: "
-                             f"{', '.join(TOOLS.names())}")
-        if self.turn_budget is not None:
-            turn_budget_registry().resolve(self.turn_budget, self.turn_budget_params, "turn_budget")
-        return self
-
-
-def turn_budget_registry() -> Any:
-    """The sampling stage's TURN_BUDGETS registry (`budget(step, total_steps) -> max turns`)."""
-    import rlvr.sampling as sampling
-
-    registry = getattr(sampling, "TURN_BUDGETS", None)
-    if registry is None:
-        raise ValueError("turn_budget: this rlvr has no turn-budget schedules (rlvr.sampling.TURN_BUDGETS); "
-                         "remove agent.turn_budget")
-    return registry
+# The `agent:` config section (AgentConfig, EnvironmentSpec, ToolSpec) lives in rlvr/agent_config.py, so that
+# reading a config imports no torch; it is re-exported here.
 
 
 def build_turn_budget(cfg: AgentConfig) -> Callable[[int, int], int] | None:

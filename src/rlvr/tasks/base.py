@@ -130,6 +130,8 @@ class PromptRenderer:
         self.task = task
         self.tokenizer = tokenizer
         self.uses_chat = uses_chat_template(tokenizer, chat_template)
+        if hasattr(task, "plain_prompts"):  # a task whose verifier depends on how its prompt was rendered
+            task.plain_prompts = not self.uses_chat
 
     def render(self, record: TaskRecord) -> tuple[list[int], str]:
         if self.uses_chat:

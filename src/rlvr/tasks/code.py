@@ -218,7 +218,7 @@ class CodeTask(Task):
     def _row_tests(self, row: Any) -> tuple[list[str], str | None]:
         """The row's tests (setup code prepended to each), or a description of what is wrong with it."""
         if not isinstance(row, dict):
-            return [], "not a JSON object"
+            return [], getattr(row, "reason", "not a JSON object")  # a BadRow says why it could not be read
         prompt = row.get(self.columns["prompt"])
         if not isinstance(prompt, str) or not prompt.strip():
             return [], f"empty or missing '{self.columns['prompt']}'"

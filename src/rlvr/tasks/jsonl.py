@@ -16,8 +16,23 @@ from rlvr.types import TaskRecord
 log = logging.getLogger(__name__)
 
 
-def read_rows(path: Path) -> list[tuple[int, Any]]:
-    """(line number, row) pairs of a .jsonl or .parquet file; an unparseable JSONL line gives row None.
+MAX_ROW_BYTES = 16 * 2**20  # a longer JSONL line is reported as a bad row instead of being parsed
+
+
+class BadRow:
+    """A JSONL line that could not be read as JSON (undecodable bytes, invalid or truncated JSON, too long)."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"BadRow({self.reason!r})"
+
+
+def read_rows(path: Path, max_row_bytes: int = MAX_ROW_BYTES) -> list[tuple[int, Any]]:
+    """(line number, row) pairs of a .jsonl or .parquet file. A JSONL line that cannot be read gives a
+    `BadRow` naming why: bytes that are not UTF-8 (with their offset), invalid JSON (e.g. a truncated last
+    line), or a line longer than `max_row_bytes` (not held in memory whole). Callers skip or report it.
 
     Blank lines are skipped but still counted, so a reported row number is the line in the file.
     """
@@ -30,14 +45,34 @@ def read_rows(path: Path) -> list[tuple[int, Any]]:
             raise TaskError("task.path: reading Parquet needs pyarrow: pip install 'rlvr[parquet]'") from None
         return list(enumerate(pq.read_table(path).to_pylist(), start=1))
     rows: list[tuple[int, Any]] = []
-    with path.open(encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
+    with path.open("rb") as f:
+        line_no = 0
+        while True:
+            raw = f.readline(max_row_bytes + 1)
+            if not raw:
+                break
+            line_no += 1
+            if len(raw) > max_row_bytes and not raw.endswith(b"\n"):
+                size = len(raw)
+                while raw and not raw.endswith(b"\n"):  # skip the rest of the line in bounded chunks
+                    raw = f.readline(2**20)
+                    size += len(raw)
+                rows.append((line_no, BadRow(f"line is {size} bytes, longer than the {max_row_bytes}-byte limit")))
+                continue
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                rows.append((line_no, BadRow(f"not UTF-8 text (byte 0x{raw[err.start]:02x} at column "
+                                             f"{err.start + 1})")))
+                continue
             if not line.strip():
                 continue
             try:
                 rows.append((line_no, json.loads(line)))
-            except json.JSONDecodeError:
-                rows.append((line_no, None))
+            except json.JSONDecodeError as err:
+                cut = "" if raw.endswith(b"\n") else "; the file's last line may be truncated"
+                rows.append((line_no, BadRow(f"not a JSON object (invalid JSON: {err.msg} at column {err.colno}"
+                                             f"{cut})")))
     return rows
 
 
@@ -82,7 +117,8 @@ class JsonlTask(Task):
         self._train, self._heldout = holdout_split(self._load(Path(path), "path"), heldout,
                                                    eval_fraction=eval_fraction, seed=seed, source=str(path))
         if self.bad_rows:
-            log.warning("task: skipped %d malformed rows", self.bad_rows)
+            log.warning("task: skipped %d malformed rows (task.on_bad_row=skip; set it to error to see each)",
+                        self.bad_rows)
 
     def _load(self, path: Path, key: str) -> list[TaskRecord]:
         rows = read_rows(path)
@@ -119,6 +155,8 @@ class JsonlTask(Task):
         return records
 
     def _row_problem(self, row: Any) -> str | None:
+        if isinstance(row, BadRow):
+            return row.reason
         if not isinstance(row, dict):
             return "not a JSON object"
         for role in ("prompt", "answer"):

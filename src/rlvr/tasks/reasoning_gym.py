@@ -32,16 +32,23 @@ def _default_system_prompt() -> str:
     return SYSTEM_PROMPTS["default"]
 
 
+PLAIN_TEMPLATE = "{question}\nPut only the final answer inside <answer></answer>.\n<answer>"
+
+
 @TASKS.register("reasoning_gym")
 class ReasoningGymTask(Task):
     """Wraps `reasoning_gym.create_dataset(dataset, seed=..., size=..., **config)`.
 
-    The model is asked (system prompt) to put its final answer in <answer></answer> tags; the text inside the
-    last pair is handed to the dataset's `score_answer`. The held-out split uses its own seed, and training
+    With a chat template, the model is asked (system prompt) to put its final answer in <answer></answer> tags;
+    the text inside the last pair is handed to the dataset's `score_answer`. A model without a chat template
+    never sees a system prompt, so the plain prompt carries the format itself, short enough for small context
+    windows, and ends with an opened `<answer>` tag (`PLAIN_TEMPLATE`): the response then starts inside the
+    tag, and its text up to `</answer>` (or the whole response, if it never closes the tag) is the answer. The held-out split uses its own seed, and training
     problems whose question equals a held-out one are replaced, so the splits never overlap.
     """
 
     name = "reasoning_gym"
+    default_prompt_template = PLAIN_TEMPLATE
 
     def __init__(
         self,
@@ -59,6 +66,7 @@ class ReasoningGymTask(Task):
                          system_prompt=system_prompt if system_prompt is not None else _default_system_prompt())
         import reasoning_gym
 
+        self.plain_prompts = False  # set by PromptRenderer: prompts are rendered without a chat template
         self.dataset_name = dataset
         self.config = dict(config or {})
         try:
@@ -90,17 +98,27 @@ class ReasoningGymTask(Task):
             meta={"entry": entry, "scorer": ds},
         )
 
+    @property
+    def prefilled(self) -> bool:
+        """Whether each prompt ended with an opened <answer> tag (plain prompts with such a template)."""
+        return self.plain_prompts and self.prompt_template.rstrip().endswith("<answer>")
+
     def extract_answer(self, response: str) -> str | None:
         from reasoning_gym.utils import extract_answer
 
-        return extract_answer(response)
+        found = extract_answer(response)
+        if found is None and self.prefilled and "<answer>" not in response:
+            found = response.split("</answer>", 1)[0].strip() or None
+        return found
 
     def verify(self, response: str, record: TaskRecord) -> VerifyResult:
         from reasoning_gym.utils import extract_answer
 
         answer = extract_answer(response)
+        if answer is None and self.prefilled and "<answer>" not in response:
+            answer = response.split("</answer>", 1)[0].strip() or None  # the prompt opened the tag
         if answer is None:
-            return VerifyResult(0.0, False, "no <answer> tag")
+            return VerifyResult(0.0, False, "no <answer> tag" if not self.prefilled else "empty answer")
         score = float(record.meta["scorer"].score_answer(answer, record.meta["entry"]))
         score = min(1.0, max(0.0, score))
         reason = "correct" if score >= 1.0 else f"scored {score:.2f}: got {answer!r}, expected {record.answer!r}"

@@ -18,6 +18,7 @@ import math
 import numbers
 import os
 import re
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -109,6 +110,46 @@ def _scalars(metrics: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
+class MetricKeys:
+    """Maps metric names to the keys an optional sink stores, so that no key is a path-prefix of another.
+
+    Stores that keep metrics as files (MLflow's file store) cannot hold `reward/correctness` and
+    `reward/correctness/verify_calls_per_s` together: the first is a file, the second needs it as a directory.
+    So only the first `/` stays a group separator and deeper ones become `.`:
+    `reward/correctness/verify_calls_per_s` -> `reward/correctness.verify_calls_per_s`. A top-level name that
+    is also a group (`kl` and `kl/x`) would still clash; whichever is seen second is renamed, a leaf to
+    `kl/value`, a group to `kl_/x`. The mapping is remembered, so a metric keeps its key for the whole run.
+    """
+
+    def __init__(self, sanitize: Callable[[str], str] = lambda k: k):
+        self._sanitize = sanitize
+        self._keys: dict[str, str] = {}
+        self._leaves: set[str] = set()
+        self._groups: dict[str, str] = {}  # group as named -> group as stored
+
+    def map(self, names: Iterable[str]) -> dict[str, str]:
+        """Keys for `names`; groups are registered before leaves, so one dict's names never clash."""
+        names = list(names)
+        for name in names:
+            if "/" in name.strip("/") and name not in self._keys:
+                group = name.strip("/").split("/", 1)[0]
+                if group not in self._groups:
+                    self._groups[group] = group + "_" if self._sanitize(group) in self._leaves else group
+        for name in names:
+            if name not in self._keys:
+                self._keys[name] = self._key(name)
+        return {name: self._keys[name] for name in names}
+
+    def _key(self, name: str) -> str:
+        parts = [p for p in name.split("/") if p]
+        if len(parts) <= 1:
+            leaf = parts[0] if parts else "_"
+            key = self._sanitize(f"{leaf}/value" if leaf in self._groups else leaf)
+            self._leaves.add(key)
+            return key
+        return self._sanitize(f"{self._groups[parts[0]]}/{'.'.join(parts[1:])}")
+
+
 def _flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in config.items():
@@ -150,12 +191,15 @@ class TensorBoardSink:
         self.log_dir = run_dir / "tensorboard"
         purge = resume_from_step + 1 if resume_from_step is not None else None
         self._writer = module.SummaryWriter(str(self.log_dir), purge_step=purge)
+        self._keys = MetricKeys()
         if config and resume_from_step is None:
             self._writer.add_text("config", "```\n" + json.dumps(config, indent=2, default=str) + "\n```", 0)
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
-        for k, v in _scalars(metrics).items():
-            self._writer.add_scalar(k, v, step)
+        scalars = _scalars(metrics)
+        keys = self._keys.map(scalars)
+        for k, v in scalars.items():
+            self._writer.add_scalar(keys[k], v, step)
         self._writer.flush()
 
     def close(self) -> None:
@@ -181,9 +225,12 @@ class WandbSink:
         # No `resume=`: offline W&B ignores it with a warning; reusing the id is what joins the pieces on sync.
         self._run = wandb.init(project=project, name=run_dir.name, id=run_id, dir=str(run_dir), mode="offline",
                                config=dict(config or {}))
+        self._keys = MetricKeys()
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
-        self._run.log(_scalars(metrics), step=step)
+        scalars = _scalars(metrics)
+        keys = self._keys.map(scalars)
+        self._run.log({keys[k]: v for k, v in scalars.items()}, step=step)
 
     def close(self) -> None:
         self._run.finish()
@@ -220,6 +267,7 @@ class MLflowSink:
         store = (run_dir / "mlruns").resolve()
         store.mkdir(parents=True, exist_ok=True)
         self._client = MlflowClient(tracking_uri=store.as_uri())
+        self._keys = MetricKeys(mlflow_key)
         experiment_name = str(((config or {}).get("run") or {}).get("name") or "rlvr")
         experiment = self._client.get_experiment_by_name(experiment_name)
         experiment_id = experiment.experiment_id if experiment else self._client.create_experiment(experiment_name)
@@ -237,7 +285,9 @@ class MLflowSink:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        batch = [Metric(mlflow_key(k), v, now, step) for k, v in _scalars(metrics).items()]
+        scalars = _scalars(metrics)
+        keys = self._keys.map(scalars)
+        batch = [Metric(keys[k], v, now, step) for k, v in scalars.items()]
         for i in range(0, len(batch), 1000):
             self._client.log_batch(self.run_id, metrics=batch[i : i + 1000])
 
@@ -312,8 +362,10 @@ class MetricsLogger:
             try:
                 sink.log(step, metrics)
             except Exception as err:
-                log.warning("tracking: %s failed (%s: %s); it is switched off for the rest of the run",
-                            type(sink).__name__, type(err).__name__, err)
+                message = (f"tracking: {type(sink).__name__} failed at step {step} ({type(err).__name__}: {err}); "
+                           "it is switched off for the rest of the run")
+                log.warning("%s", message)
+                print(f"warning: {message}", file=sys.stderr)  # train.log alone is easy to miss
                 self.sinks.remove(sink)
                 _close_quietly(sink)
 

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import math
 import signal
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from rich.markup import escape
 
 from rlvr import faults
 from rlvr.config import Config, ConfigError
@@ -37,7 +39,7 @@ from rlvr.models import (
     resolve_dtype,
     resolve_model_path,
 )
-from rlvr.models.lora import apply_lora, exportable, is_lora, load_lora_state, lora_state
+from rlvr.models.lora import apply_lora, exportable, is_lora, load_lora_state, lora_state, lora_summary
 from rlvr.rewards import RewardContext, RewardFunction, non_finite_metrics
 from rlvr.rollout import (
     ENGINES,
@@ -75,6 +77,7 @@ from rlvr.trainer.checkpoint import (
 from rlvr.trainer.critic import Critic
 from rlvr.trainer.learner import Learner, needs_reference
 from rlvr.trainer.memory import check_memory
+from rlvr.trainer.watch import Heartbeat, ZeroSpreadWatch
 from rlvr.types import Batch, Group, TaskRecord
 
 log = logging.getLogger("rlvr.train")
@@ -277,6 +280,10 @@ def _build(cfg: Config, run_dir: Path, resume: bool, task: Any, tokenizer: Any, 
                             gradient_checkpointing=cfg.model.gradient_checkpointing)
     if lora is not None:
         policy = apply_lora(policy, lora)
+        summary = lora_summary(policy, lora)
+        log.info("%s", summary)
+        if dp.is_main():
+            console.print(escape(summary), highlight=False)
     check_vocab(tokenizer, policy)
     reference = None
     local_learner = not cfg.distributed.learner_workers  # else Ray learner ranks, each with its own reference
@@ -343,9 +350,9 @@ def _build(cfg: Config, run_dir: Path, resume: bool, task: Any, tokenizer: Any, 
         set_rng_state(state["rng"])
         run.start_step, run.faults = int(state["step"]), int(state.get("faults", 0))
         run.tokens_spent = int(state.get("tokens_spent", 0))
-        console.print(f"Resuming {run_dir} from step {run.start_step} ({checkpoint.name})")
+        console.print(escape(f"Resuming {run_dir} from step {run.start_step} ({checkpoint.name})"))
     elif resume:
-        console.print(f"No complete checkpoint in {run_dir}; starting it from step 0")
+        console.print(escape(f"No complete checkpoint in {run_dir}; starting it from step 0"))
     engine.sync_weights(policy, version=run.start_step)
     return run
 
@@ -363,8 +370,18 @@ def _resume_point(run_dir: Path) -> Path | None:
 
 
 def _loop(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | None, signals: StopSignals) -> Path:
+    # off a terminal there is no live progress bar: a heartbeat line at least every 15 s says which step runs
+    with Heartbeat(dp.is_main() and not console.is_terminal) as heartbeat:
+        return _loop_body(run, sink, rollouts, stop_after, signals, heartbeat)
+
+
+def _loop_body(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | None, signals: StopSignals,
+               heartbeat: Heartbeat) -> Path:
     cfg, learner, reward_fn = run.cfg, run.learner, run.reward_fn
-    before = run.evaluate("before") if cfg.eval.before and run.start_step == 0 else None
+    fresh_before = cfg.eval.before and run.start_step == 0
+    heartbeat.doing("evaluating the starting model (eval.before)" if fresh_before else "starting")
+    before = run.evaluate("before") if fresh_before else saved_eval(run.run_dir, "before")
+    spread = ZeroSpreadWatch()
     last_step = cfg.train.steps if stop_after is None else min(cfg.train.steps, stop_after)
     batches = AsyncBatches(run) if cfg.distributed.mode == "async" else SyncBatches(run)
     budget, budget_done = cfg.train.rollout_token_budget, False
@@ -374,6 +391,7 @@ def _loop(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | None, 
         for step in range(run.start_step + 1, last_step + 1):
             step_start = time.perf_counter()
             run.step = step
+            heartbeat.doing(f"train step {step}/{cfg.train.steps} running")
             groups, sampler_metrics = batches.next(step, last_step)  # rollout + rewards (sampler's choice)
             rollout_s = time.perf_counter() - step_start
             faults.kill_point("rollout", step)
@@ -413,7 +431,11 @@ def _loop(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | None, 
                      "kl": metrics.get("kl"), "clip": metrics.get("clip_frac"), "step_s": metrics["step_s"]}
             line = format_metrics(short, CONSOLE_KEYS)
             progress.update(step, line, print_line=step % cfg.logging.console_every == 0)
+            if step % cfg.logging.console_every == 0:
+                heartbeat.printed()
             log.info("step %d %s", step, line)
+            if dp.is_main():
+                spread.observe(step, groups, chat=run.renderer.uses_chat)
 
             if run.faults >= cfg.train.max_fault_steps:
                 path = run.checkpoint(step)
@@ -434,7 +456,7 @@ def _loop(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | None, 
             if budget_done:
                 why = f"train.max_time_s={cfg.train.max_time_s}" if out_of_time else \
                     f"train.rollout_token_budget={budget}"
-                console.print(f"Budget reached at step {step} ({why}): {run.tokens_spent} tokens sampled")
+                console.print(escape(f"Budget reached at step {step} ({why}): {run.tokens_spent} tokens sampled"))
                 break
     if last_step < cfg.train.steps and not budget_done:  # stopped early on request: leave a checkpoint to resume from
         if not (cfg.checkpoint.every and last_step % cfg.checkpoint.every == 0):
@@ -444,14 +466,15 @@ def _loop(run: Run, sink: Any, rollouts: RolloutWriter, stop_after: int | None, 
     if dp.is_main():
         save_hf_dir(exportable(run.policy), run.tokenizer, run.run_dir / "final")
     dp.barrier()
+    heartbeat.doing("evaluating the trained model (eval.after)" if cfg.eval.after else "finishing")
     after = run.evaluate("after") if cfg.eval.after else None
     if not dp.is_main():
         return run.run_dir
     if before is not None and after is not None:
         print_before_after(before, after, cfg.eval.ks)
     write_report(run.run_dir)
-    console.print(f"Done. Run directory: [bold]{run.run_dir}[/bold]  (final model: {run.run_dir / 'final'}, "
-                  f"report: {run.run_dir / 'report.html'})")
+    console.print(f"Done. Run directory: [bold]{escape(str(run.run_dir))}[/bold]  "
+                  + escape(f"(final model: {run.run_dir / 'final'}, report: {run.run_dir / 'report.html'})"))
     return run.run_dir
 
 
@@ -549,6 +572,18 @@ def _evaluate(cfg: Config, engine: Any, renderer: Any, task: Any, run_dir: Path,
     write_results(result, run_dir / f"eval_{tag}.json")
     console.print(f"eval ({tag}): " + format_metrics(_eval_summary(result), tuple(_eval_summary(result))))
     return result
+
+
+def saved_eval(run_dir: Path, tag: str) -> dict[str, Any] | None:
+    """An evaluation a previous invocation of this run wrote (eval_<tag>.json), e.g. `before` after --resume."""
+    path = Path(run_dir) / f"eval_{tag}.json"
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        log.warning("could not read %s (%s); the before/after table is not printed", path, err)
+        return None
 
 
 def _eval_summary(result: dict[str, Any]) -> dict[str, float]:

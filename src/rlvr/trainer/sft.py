@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from rich.markup import escape
 
 from rlvr.config import SFTConfig
 from rlvr.models import check_vocab, load_causal_lm, load_tokenizer, resolve_device, resolve_dtype
@@ -132,7 +133,7 @@ def run_sft(cfg: SFTConfig) -> Path:
                                     cfg.checkpoint.keep_last)
         sink.close()
         final = save_hf_dir(exportable(model), tokenizer, run_dir / "final")
-        console.print(f"SFT done. Final model: [bold]{final}[/bold]")
+        console.print(f"SFT done. Final model: [bold]{escape(str(final))}[/bold]")
         return run_dir
     finally:
         logging.getLogger("rlvr").removeHandler(handler)

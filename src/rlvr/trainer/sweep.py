@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+
 from rlvr.config import ConfigError, load_config
 from rlvr.runtime import console
 from rlvr.tracking import read_metrics
@@ -92,7 +94,7 @@ def run_sweep(runs: list[SweepRun], out: Path, jobs: int = 1) -> dict[str, Any]:
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         for i, (run, code, seconds) in enumerate(pool.map(lambda r: _execute(r, threads), pending), start=1):
             status = "ok" if code == 0 else f"FAILED (exit {code}, see {run.run_dir}.log)"
-            console.print(f"  [{i}/{len(pending)}] {run.name} seed {run.seed}: {status} in {seconds:.0f} s")
+            console.print(escape(f"  [{i}/{len(pending)}] {run.name} seed {run.seed}: {status} in {seconds:.0f} s"))
             if code != 0:
                 failures.append(run)
     summary = summarize_sweep([r for r in runs if r.done])
