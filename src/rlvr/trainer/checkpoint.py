@@ -146,7 +146,7 @@ def verify_checkpoint(path: Path, checksums: bool = True) -> str | None:
         entries = [(str(name), int(e["size"]), str(e["crc32"])) for name, e in files.items()]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
         return f"{MANIFEST_FILE} is unreadable ({type(err).__name__}: {err})"
-    for name, size, crc in entries:
+    for name, size, _crc in entries:
         f = path / name
         if not f.is_file():
             return f"{name} is missing"
