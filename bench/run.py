@@ -206,42 +206,102 @@ def run_all(plan: dict[str, Any], sections: Sequence[str] = SECTIONS) -> dict[st
     return results
 
 
+class Server:
+    """A worker that stays up (`engine_server`): start it, send it commands, read one result per command."""
+
+    def __init__(self, args: dict[str, Any]):
+        import tempfile
+
+        self.label = f"engine_server {args['model']} {args['engine']}"
+        print(f"  starting {self.label} ...", flush=True)
+        self.log = tempfile.TemporaryFile(mode="w+")
+        env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONWARNINGS": "ignore"}
+        self.proc = subprocess.Popen([sys.executable, str(HERE / "run.py"), "--worker", "engine_server", "--args",
+                                      json.dumps(args)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.log, text=True, env=env)
+        self.ready = self.read()
+
+    def read(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("BENCH_RESULT "):
+                return json.loads(line[len("BENCH_RESULT "):])
+        self.log.seek(0)
+        raise RuntimeError(f"{self.label} ended (exit {self.proc.wait()}):\n{self.log.read()[-3000:]}")
+
+    def ask(self, command: str) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        return self.read()
+
+    def close(self) -> None:
+        try:
+            self.ask("quit")
+            self.proc.wait(timeout=120)
+        except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+
+
 def vllm_block(spec: dict[str, Any]) -> dict[str, Any]:
-    """`rounds` x (generate, fast, vllm), each a fresh process; medians and spreads over every timed call, and the
-    vllm / fast ratio within each round (both measured minutes apart, so under similar load)."""
-    args = {k: v for k, v in spec.items() if k != "rounds"}
+    """One process per engine, kept up; `rounds` x (generate, fast, vllm) timed calls in turn (ABCABC...), then
+    the weight syncs. Medians and [min, max] over every timed call, and the vllm / fast ratio within each round
+    (measured seconds apart, so under similar load)."""
+    args = {k: v for k, v in spec.items() if k not in ("rounds", "syncs")}
+    servers: dict[str, Server] = {}
     runs: dict[str, list[dict[str, Any]]] = {e: [] for e in VLLM_ENGINES}
-    for rnd in range(spec["rounds"]):
+    errors: dict[str, str] = {}
+    try:
         for engine in VLLM_ENGINES:
             try:
-                runs[engine].append(call("engine_gen", {**args, "engine": engine, "round": rnd,
-                                                        "syncs": spec["syncs"] if engine == "vllm" else 0},
-                                         timeout=1800))
-            except (RuntimeError, subprocess.TimeoutExpired) as err:
-                runs[engine].append({"error": str(err)[-1500:]})
+                servers[engine] = Server({**args, "engine": engine})
+            except RuntimeError as err:
+                errors[engine] = str(err)[-1500:]
+        for rnd in range(spec["rounds"]):
+            for engine, server in servers.items():
+                if engine in errors:
+                    continue
+                print(f"  round {rnd}: {engine} on {spec['model']} ...", flush=True)
+                try:
+                    runs[engine].append(server.ask(f"run {rnd}"))
+                except RuntimeError as err:
+                    errors[engine] = str(err)[-1500:]
+        sync: dict[str, Any] = {}
+        if "vllm" in servers and "vllm" not in errors:
+            try:
+                sync = servers["vllm"].ask(f"sync {spec['syncs']}")
+            except RuntimeError as err:
+                errors["vllm sync"] = str(err)[-1500:]
+    finally:
+        for server in servers.values():
+            server.close()
     engines: dict[str, Any] = {}
     for engine, rs in runs.items():
         ok = [r for r in rs if "error" not in r]
         rates = [x for r in ok for x in r["tokens_per_s"]]
         secs = [x for r in ok for x in r["seconds"]]
-        engines[engine] = {"runs": len(rates), "failed": len(rs) - len(ok)}
+        engines[engine] = {"runs": len(rates), "error": errors.get(engine)}
+        if engine in servers:
+            engines[engine]["startup"] = servers[engine].ready
         if rates:
             engines[engine].update(
                 tokens_per_s=statistics.median(rates), tokens_per_s_min=min(rates), tokens_per_s_max=max(rates),
                 seconds=statistics.median(secs), seconds_min=min(secs), seconds_max=max(secs),
                 loadavg_1m=[lb[0] for r in ok for lb in r["loadavg_before"]],
-                engine_start_s=statistics.median(r["engine_start_s"] for r in ok))
+                engine_start_s=servers[engine].ready["engine_start_s"])
     base = engines["generate"].get("tokens_per_s")
     for e in engines.values():
         if base and "tokens_per_s" in e:
             e["vs_generate"] = e["tokens_per_s"] / base
     ratios = [statistics.median(v["tokens_per_s"]) / statistics.median(f["tokens_per_s"])
               for v, f in zip(runs["vllm"], runs["fast"]) if "error" not in v and "error" not in f]
-    syncs = [x for r in runs["vllm"] if "error" not in r for x in r.get("sync_s", [])]
-    ok_params = [r["params"] for rs in runs.values() for r in rs if "params" in r]
-    block: dict[str, Any] = {"settings": spec, "params": ok_params[0] if ok_params else None, "engines": engines,
+    syncs = sync.get("sync_s", [])
+    params = [s.ready["params"] for s in servers.values()]
+    block: dict[str, Any] = {"settings": spec, "params": params[0] if params else None, "engines": engines,
                              "vllm_over_fast_per_round": ratios,
-                             "vllm_over_fast": statistics.median(ratios) if ratios else None, "runs": runs}
+                             "vllm_over_fast": statistics.median(ratios) if ratios else None, "runs": runs,
+                             "errors": errors}
     if syncs:
         block["sync_s"] = statistics.median(syncs)
         block["sync_s_min"], block["sync_s_max"] = min(syncs), max(syncs)
@@ -338,7 +398,7 @@ def print_tables(res: dict[str, Any]) -> None:
 def vllm_markdown(res: dict[str, Any]) -> list[str]:
     lines = ["", "**5. vLLM-CPU vs fast vs `model.generate`** at batch 64 (8 prompts x n=8, T=1, no top-p/k, EOS "
              "ignored: every row is max-new tokens long); median response tok/s over every timed call, [min, max]; "
-             "engines alternated over rounds, each call in a fresh process", "",
+             "each engine in its own long-lived process, the engines called in turn (ABCABC...)", "",
              "| model (params) | max new | engine | tok/s | [min, max] | s per batch | ÷ generate | calls | "
              "load avg (1 min) |", "|---|---|---|---|---|---|---|---|---|"]
     for b in res["vllm"]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -314,11 +315,12 @@ def _loadavg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def engine_gen(args: dict[str, Any]) -> None:
-    """One engine (`generate`: plain `model.generate`; `fast`; `vllm`) on one model: `prompts` x `n` rows, every
-    row exactly `max_new_tokens` long (EOS ignored), T=1, no top-p/k. A short warm-up call first (vLLM's first
-    call, allocators, lazy imports), then `reps` timed calls, each after `torch.manual_seed(rep)`. For vLLM
-    also `syncs` timed `sync_weights` calls (the policy's whole state dict, as after every update)."""
+def engine_server(args: dict[str, Any]) -> None:
+    """A long-lived process holding one engine (`generate`: plain `model.generate`; `fast`; `vllm`) on one model,
+    so that vLLM's start-up is paid once while the parent alternates the engines call by call. Each timed call:
+    `prompts` x `n` rows, every row exactly `max_new_tokens` long (EOS ignored), T=1, no top-p/k, seeded. A short
+    warm-up call first (vLLM's first call, allocators, lazy imports). `sync K`: K timed `sync_weights` calls (the
+    policy's whole state dict, as after every update; vLLM only)."""
     import torch
 
     from rlvr.models import load_causal_lm, load_tokenizer
@@ -379,36 +381,39 @@ def engine_gen(args: dict[str, Any]) -> None:
     torch.manual_seed(1000)
     with Timer() as warm_t:
         run(args.get("warmup_tokens", 4))
-    seconds, loads = [], []
-    for rep in range(args.get("reps", 1)):
-        torch.manual_seed(rep)
-        loads.append(_loadavg())
-        with Timer() as t:
-            tokens = run(M)
-        if tokens != rows * M:
-            raise RuntimeError(f"{engine_name} generated {tokens} tokens, expected {rows} x {M}: not equal work")
-        seconds.append(t.seconds)
-    out: dict[str, Any] = {
-        "engine": engine_name, "model": args["model"], "params": num_params(model), "rows": rows,
-        "max_new_tokens": M, "tokens": rows * M, "seconds": seconds,
-        "tokens_per_s": [rows * M / s for s in seconds], "loadavg_before": loads, "loadavg_after": _loadavg(),
-        "model_load_s": load_t.seconds, "engine_start_s": start_s, "warmup_s": warm_t.seconds,
-        "torch_threads": torch.get_num_threads(),
-    }
-    if engine_name == "vllm" and args.get("syncs", 0):
-        sync_s = []
-        with torch.no_grad():
-            for version in range(1, args["syncs"] + 1):
-                for p in model.parameters():  # a real update changes every weight (cost is the same either way)
-                    p.mul_(1.0 + 1e-4)
+    emit({"ready": True, "engine": engine_name, "model": args["model"], "params": num_params(model), "rows": rows,
+          "model_load_s": load_t.seconds, "engine_start_s": start_s, "warmup_s": warm_t.seconds,
+          "torch_threads": torch.get_num_threads()})
+    # Commands from the parent, one a line: `run SEED`, `sync COUNT`, `quit`. Between them this process idles.
+    for line in sys.stdin:
+        cmd, _, arg = line.strip().partition(" ")
+        if cmd == "run":
+            seconds, loads = [], []
+            for rep in range(args.get("reps", 1)):
+                torch.manual_seed(int(arg) * 100 + rep)
+                loads.append(_loadavg())
                 with Timer() as t:
-                    engine.sync_weights(model, version)
-                sync_s.append(t.seconds)
-        out["sync_s"] = sync_s
-        out["loadavg_after_sync"] = _loadavg()
+                    tokens = run(M)
+                if tokens != rows * M:
+                    raise RuntimeError(f"{engine_name} generated {tokens} tokens, expected {rows} x {M}: unequal work")
+                seconds.append(t.seconds)
+            emit({"seconds": seconds, "tokens_per_s": [rows * M / x for x in seconds], "tokens": rows * M,
+                  "loadavg_before": loads, "loadavg_after": _loadavg()})
+        elif cmd == "sync":
+            sync_s = []
+            with torch.no_grad():
+                for _ in range(int(arg)):
+                    for p in model.parameters():  # an update changes every weight (the cost is the same either way)
+                        p.mul_(1.0 + 1e-4)
+                    with Timer() as t:
+                        engine.sync_weights(model, engine.policy_version + 1)
+                    sync_s.append(t.seconds)
+            emit({"sync_s": sync_s, "loadavg_after": _loadavg()})
+        elif cmd == "quit":
+            break
     if engine is not None and hasattr(engine, "shutdown"):
         engine.shutdown()
-    emit(out)
+    emit({"done": True})
 
 
 # -- learner: MFU and the efficiency means ---------------------------------------------------------------------
@@ -545,7 +550,7 @@ def _full_logits_forward_tokens(model: Any, input_ids: Any, attention_mask: Any,
 
 
 WORKERS = {"peak": peak, "rlvr_train": rlvr_train, "trl_train": trl_train, "generation": generation,
-           "learner": learner, "rlvr_async": rlvr_async, "engine_gen": engine_gen}
+           "learner": learner, "rlvr_async": rlvr_async, "engine_server": engine_server}
 
 
 def run_worker(name: str, args_json: str) -> None:
