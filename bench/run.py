@@ -13,7 +13,7 @@
    every row is max_new_tokens long) on the built-in, a ~25M and a 0.5B-shaped model, each engine in its own
    process, the engines alternated over rounds; the crossover size; and the cost of a vLLM weight sync.
 
-    python bench/run.py             # full run (about 22 minutes on 2 CPU cores)
+    python bench/run.py             # full run (about 22 minutes on 2 CPU cores, plus section 5)
     python bench/run.py --quick     # a smoke run with tiny settings (figures meaningless)
 
 Writes bench/results/<date>.json and prints the tables. Both models: the built-in one and a randomly
