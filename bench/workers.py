@@ -327,6 +327,8 @@ def engine_server(args: dict[str, Any]) -> None:
     from rlvr.rollout import SamplingParams
 
     engine_name, P, n, M = args["engine"], args["prompts"], args["n"], args["max_new_tokens"]
+    if args.get("threads"):  # e.g. 1, as vLLM's CPU worker uses on 2 cores (it keeps one core for its scheduler)
+        torch.set_num_threads(int(args["threads"]))
     path = model_dir(args["model"])
     with Timer() as load_t:
         tok, model = load_tokenizer(path), load_causal_lm(path)
