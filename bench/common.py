@@ -18,17 +18,25 @@ CACHE = ROOT / "runs" / "bench-cache"
 QWEN05B_ARCH = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
                     num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True,
                     max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6)
+# A ~25M Qwen2 (hidden 512, 8 layers; head_dim 64 and GQA as in Qwen2.5), randomly initialised: between the
+# built-in model (0.8M) and the 0.5B one, for the engines' crossover. 25.1M parameters with the tied 2,048 vocab.
+QWEN25M_ARCH = dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=8, num_attention_heads=8,
+                    num_key_value_heads=2, vocab_size=2048, tie_word_embeddings=True,
+                    max_position_embeddings=2048, rope_theta=1000000.0, rms_norm_eps=1e-6)
+RANDOM_MODELS = {"qwen0.5b": ("qwen0.5b-arch-random", QWEN05B_ARCH), "qwen25m": ("qwen25m-random", QWEN25M_ARCH)}
 
 
 def model_dir(name: str) -> Path:
-    """A local HF directory for `name`: 'builtin' (the shipped model) or 'qwen0.5b' (built once, cached)."""
+    """A local HF directory for `name`: 'builtin' (the shipped model), or 'qwen0.5b' / 'qwen25m' (random
+    weights, built once into runs/bench-cache/)."""
     if name == "builtin":
         from rlvr.models.loading import BUILTIN_DIR
 
         return BUILTIN_DIR
-    if name != "qwen0.5b":
-        raise ValueError(f"unknown bench model {name!r}")
-    path = CACHE / "qwen0.5b-arch-random"
+    if name not in RANDOM_MODELS:
+        raise ValueError(f"unknown bench model {name!r}; choose builtin or one of {', '.join(RANDOM_MODELS)}")
+    dirname, arch = RANDOM_MODELS[name]
+    path = CACHE / dirname
     if (path / "model.safetensors").is_file():
         return path
     import torch
@@ -40,7 +48,7 @@ def model_dir(name: str) -> Path:
     tok = save_byte_tokenizer(path)  # byte tokenizer: inputs only use its ids, the model's vocab is larger
     torch.manual_seed(0)
     config = Qwen2Config(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                         bos_token_id=tok.eos_token_id, **QWEN05B_ARCH)
+                         bos_token_id=tok.eos_token_id, **arch)
     model = Qwen2ForCausalLM(config)
     model.generation_config = GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
     model.save_pretrained(str(path), safe_serialization=True)

