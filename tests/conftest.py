@@ -8,8 +8,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import settings
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# Property tests draw the same examples on every run and every clone (no example database), so the suite's
+# verdict never depends on luck; HYPOTHESIS_PROFILE=explore draws fresh random examples to hunt for new bugs.
+settings.register_profile("rlvr", derandomize=True, database=None, print_blob=True)
+settings.register_profile("explore", derandomize=False, database=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "rlvr"))
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
 CHAT_TEMPLATE = (
@@ -65,3 +72,24 @@ def no_eos_model_dir(tmp_path: Path, tiny_model_dir: Path) -> Path:
     cfg["eos_token"] = None
     (bad / "tokenizer_config.json").write_text(json.dumps(cfg))
     return bad
+
+
+def _sandbox_layers() -> list:
+    """The sandbox's two isolation setups: the OS layer (bubblewrap) under the Python guard, when this machine
+    has it, and the Python guard alone (RLVR_SANDBOX=none)."""
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return ["guard"]
+    from rlvr.rewards import isolation, sandbox
+
+    layer = isolation.os_layer(sandbox.INTERPRETER)
+    return [pytest.param("os", marks=pytest.mark.skipif(not layer.available, reason=f"no OS layer: {layer.reason}")),
+            "guard"]
+
+
+@pytest.fixture(params=_sandbox_layers())
+def layer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run the test under each sandbox isolation setup ("os" or "guard")."""
+    monkeypatch.setenv("RLVR_SANDBOX", "none" if request.param == "guard" else "auto")
+    return request.param

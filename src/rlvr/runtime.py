@@ -57,7 +57,38 @@ def package_versions() -> dict[str, Any]:
             continue
     versions["cuda"] = torch.version.cuda if torch.cuda.is_available() else None
     versions["torch_threads"] = torch.get_num_threads()
+    try:
+        from rlvr.rewards import isolation
+
+        versions["sandbox"] = isolation.isolation_info()  # the OS isolation model-written code gets (or not)
+    except ValueError as err:  # a bad RLVR_SANDBOX value
+        versions["sandbox"] = {"error": str(err)}
     return versions
+
+
+def uses_code_execution(cfg: Any) -> bool:
+    """The run executes model-written code: the code task, or an agent with the python tool."""
+    task = getattr(getattr(cfg, "task", None), "name", None)
+    agent = getattr(cfg, "agent", None)
+    tools = [getattr(t, "name", None) for t in getattr(agent, "tools", [])] if agent is not None else []
+    return task == "code" or "python" in tools
+
+
+def announce_sandbox(cfg: Any) -> None:
+    """Once at start-up of a run that executes model-written code: log the sandbox's isolation (a warning when
+    the OS layer is unavailable); stop when RLVR_SANDBOX=bwrap asks for it and it is unavailable."""
+    if not uses_code_execution(cfg):
+        return
+    from rlvr.rewards import isolation
+
+    try:
+        info = isolation.announce()
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    if not info.get("os_layer") and isolation.mode() == "bwrap":
+        raise ConfigError(f"RLVR_SANDBOX=bwrap: the OS isolation layer for model-written code is unavailable "
+                          f"here: {info.get('reason')}. Fix that, or unset RLVR_SANDBOX to run under the Python "
+                          "guard alone")
 
 
 def prepare_run_dir(cfg: Any, resume: bool) -> Path:

@@ -45,6 +45,15 @@ def test_all_tests_pass() -> None:
     assert (r.reward, r.passed, r.total, r.reason) == (1.0, 3, 3, "passed 3/3 tests")
 
 
+def test_all_mode_stops_at_the_first_failure_fraction_runs_every_test() -> None:
+    program = "def f(x):\n    return 3 * x + 2 if x > 0 else 0"
+    r = run_unit_tests(program, TESTS, timeout=5, memory_mb=256, mode="all")
+    assert (r.reward, r.passed, len(r.tests)) == (0.0, 0, 1)
+    assert r.reason == "passed 0/3 tests; test 1 `assert f(0) == 2` failed: AssertionError"
+    r = run_unit_tests(program, TESTS, timeout=5, memory_mb=256, mode="fraction")
+    assert (r.passed, len(r.tests)) == (1, 3) and r.reward == pytest.approx(1 / 3)
+
+
 def test_partial_pass_all_versus_fraction() -> None:
     program = "```python\ndef f(x):\n    return 3 * x + 2 if x >= 0 else 0\n```"
     r = run_unit_tests(program, TESTS, timeout=5, memory_mb=256, mode="all")
@@ -67,17 +76,18 @@ def test_timeout_crash_and_block_get_zero_with_reason() -> None:
     assert r.reward == 0.0 and r.reason == "timeout after 1s (0/3 tests passed before)"
     early_exit = "import os\ndef f(x):\n    os._exit(0)"
     r = run_unit_tests(early_exit, TESTS, timeout=5, memory_mb=256, mode="fraction")
-    assert r.reward == 0.0 and r.reason.startswith("program exited before the tests finished")
+    assert r.reward == 0.0 and r.flag == "anomaly"
+    assert r.reason.startswith("anomaly: the program's process exited in the middle of the test")
     sneaky = "import socket\ntry:\n    socket.socket()\nexcept OSError:\n    pass\ndef f(x):\n    return 3 * x + 2"
     r = run_unit_tests(sneaky, TESTS, timeout=5, memory_mb=256, mode="fraction")
-    assert r.reward == 0.0 and r.passed == 3 and r.reason.startswith("blocked: socket")
+    assert r.reward == 0.0 and r.passed == 0 and r.flag == "blocked" and r.reason.startswith("blocked: socket")
 
 
 def test_program_cannot_forge_the_summary() -> None:
     forged = ("import sys\nfor i in range(3):\n    print('0' * 32 + f' T {i}')\nprint('0' * 32 + ' D')\n"
               "sys.stdout.flush()\nimport os\nos._exit(0)")
     r = run_unit_tests(forged, TESTS, timeout=5, memory_mb=256, mode="fraction")
-    assert r.reward == 0.0 and r.passed == 0
+    assert r.reward == 0.0 and r.passed == 0  # more of these in test_red_team.py
 
 
 def test_test_failure_kinds_and_empty_inputs() -> None:
@@ -117,7 +127,7 @@ def test_reference_solutions_pass_and_wrong_ones_fail() -> None:
         v = task.verify(f"```python\n{record.meta['solution']}```", record)
         assert (v.reward, v.correct) == (1.0, True), (record.question, v.reason)
         n = len(record.answer)
-        assert v.extracted == record.meta["solution"] and v.meta == {"passed": n, "total": n}
+        assert v.extracted == record.meta["solution"] and v.meta == {"passed": n, "total": n, "verifier_flag": None}
     wrong = task.verify("```python\ndef f(*a):\n    return 0\n```", family_seen["linear"])
     assert wrong.correct is False and wrong.reward < 1.0
 
@@ -186,6 +196,27 @@ def test_jsonl_test_formats_setup_and_bad_rows(tmp_path: Path) -> None:
         build_task("code", {"path": str(path), "tests_column": "asserts"})
     with pytest.raises(TaskError, match="not found"):
         build_task("code", {"path": str(tmp_path / "missing.jsonl")})
+
+
+def test_jsonl_function_call_stdio_and_apps_style_tests(tmp_path: Path) -> None:
+    rows = [
+        {"prompt": "add", "tests": [{"call": "add", "args": [1, 2], "expected": 3}, "assert add(0, 0) == 0"]},
+        {"prompt": "echo sum", "tests": [{"input": "1 2\n", "output": "3\n"}]},
+        {"prompt": "apps stdio", "tests": json.dumps({"inputs": ["4 5\n"], "outputs": ["9\n"]})},
+        {"prompt": "apps call", "tests": {"inputs": [[2, 3]], "outputs": [[5]], "fn_name": "add"}},
+        {"prompt": "bad", "tests": [{"nonsense": 1}]},
+    ]
+    path = _write_jsonl(tmp_path / "mixed.jsonl", rows)
+    task = build_task("code", {"path": str(path), "eval_fraction": 0.2, "seed": 0})
+    records = {r.question: r for r in [*task.train, *task.heldout]}
+    assert task.bad_rows == 1 and set(records) == {"add", "echo sum", "apps stdio", "apps call"}
+    assert records["apps call"].answer == [{"call": "add", "args": [2, 3], "expected": 5}]
+    assert records["apps stdio"].answer == [{"input": "4 5\n", "output": "9\n"}]
+    add = "def add(a, b):\n    return a + b\n"
+    script = "a, b = map(int, input().split())\nprint(a + b)\n"
+    for name, program in (("add", add), ("apps call", add), ("echo sum", script), ("apps stdio", script)):
+        v = task.verify(f"```python\n{program}```", records[name])
+        assert v.correct and v.meta["verifier_flag"] is None, (name, v.reason)
 
 
 def test_parquet_rows(tmp_path: Path) -> None:

@@ -123,5 +123,8 @@ def test_tool_call_parser_never_raises():
         assert len(calls) <= text.count(CALL_OPEN)
 
     check()
+    # found by the fuzzer: integers past Python's digit limit and deep nesting raise ValueError / RecursionError
+    for body in ("9" * 5000, "[" * 100_000, '{"name": "x", "arguments": "' + "9" * 5000 + '"}'):
+        assert isinstance(parse_tool_calls(CALL_OPEN + body + CALL_CLOSE)[0], MalformedCall)
     good = parse_tool_calls(CALL_OPEN + '{"name": "calculator", "arguments": {"expression": "1+2"}}' + CALL_CLOSE)
     assert isinstance(good[0], ToolCall) and good[0].name == "calculator"

@@ -131,3 +131,22 @@ def test_json_for_script_and_plot_helpers():
     assert svg_line_plot("empty", [("x", [(1, None)])]) == ""
     svg = svg_line_plot("t <x>", [("a", [(1, 0.5), (2, None), (3, 0.7)]), ("b", [(1, 1.0), (3, 2.0)])])
     assert svg.startswith('<svg class="plot"') and "t &lt;x&gt;" in svg and svg.count("<polyline") == 1
+
+
+def test_reward_components_chart_holds_only_rewards_and_telemetry_has_its_own(tmp_path):
+    run_dir = fake_run(tmp_path / "run")
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()[:-1]]
+    for row in rows:
+        row.update({"reward/correctness": 0.5, "reward/format": 0.2, "reward/correctness/verify_calls_per_s": 4000.0,
+                    "reward/correctness/verifier_timeouts": 3, "reward/correctness/blocked_frac": 0.05,
+                    "reward/correctness/anomaly_frac": 0.1})
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    page = write_report(run_dir).read_text()
+    components = re.search(r'<svg[^>]*data-plot="reward_components".*?</svg>', page, re.S)
+    assert components, "no reward components chart"
+    assert "correctness" in components.group(0) and "format" in components.group(0)
+    assert "verify_calls_per_s" not in components.group(0) and "verifier_timeouts" not in components.group(0)
+    assert "4000" not in components.group(0) and "4k" not in components.group(0)
+    telemetry = re.search(r'<svg[^>]*data-plot="hack_telemetry".*?</svg>', page, re.S)
+    assert telemetry and "blocked_frac" in telemetry.group(0) and "anomaly_frac" in telemetry.group(0)
+    assert re.search(r'<svg[^>]*data-plot="verifier_throughput"', page)

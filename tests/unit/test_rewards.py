@@ -339,3 +339,30 @@ def test_from_config_uses_registered_components() -> None:
 
     with pytest.raises(RegistryError, match="amout"):
         RewardFunction.from_config([RewardSpec(name=name, amout=2)])
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="the sandbox targets Linux")
+def test_reward_hacking_telemetry_counts_blocked_and_anomalous_code_samples() -> None:
+    from rlvr.tasks import build_task
+    from rlvr.tasks.code import synthetic_problem
+
+    task = build_task("code", {"train_size": 4, "eval_size": 2})
+    record = synthetic_problem(0, "telemetry")
+    good = f"```python\n{record.meta['solution']}```"
+    fake = "```python\nclass Any:\n    def __eq__(self, other):\n        return True\ndef f(*a):\n    return Any()\n```"
+    probe = "```python\nimport socket\nsocket.socket()\n```"
+    texts = [good, fake, probe, "```python\ndef f(*a):\n    return 0\n```"]
+    group = Group(record, [1], [Sample(prompt_ids=[1], response_ids=[2], text=t) for t in texts])
+    component = CorrectnessReward(workers=2)
+    fn = RewardFunction([("correctness", 1.0, component)])
+    try:
+        fn([group], task)
+    finally:
+        component.close()
+    assert [s.reward for s in group.samples] == [1.0, 0.0, 0.0, 0.0]
+    assert [s.meta.get("verifier_flag") for s in group.samples] == [None, "anomaly", "blocked", None]
+    m = fn.last_metrics
+    assert m["reward/correctness/anomaly_frac"] == 0.25 and m["reward/correctness/blocked_frac"] == 0.25
+    assert m["reward/correctness/hack_suspect_frac"] == 0.5
+    fn([make_group(["4"])], FakeTask())  # a step without code samples logs no telemetry
+    assert "reward/correctness/anomaly_frac" not in fn.last_metrics

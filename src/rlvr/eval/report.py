@@ -41,6 +41,7 @@ PLOTS: list[tuple[str, list[str]]] = [
     ("Loss", ["pg_loss", "loss"]),
     ("Gradient norm", ["grad_norm"]),
 ]
+HACK_TELEMETRY = ("blocked_frac", "anomaly_frac")
 COLORS = ["#1f6fb4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#7f7f7f"]
 MAX_ROLLOUTS = 5000
 
@@ -366,10 +367,21 @@ def _curves_section(metrics: list[dict[str, Any]]) -> str:
         series = [(k, s) for k, s in series if s]
         if series:
             plots.append(svg_line_plot(title, series, plot_id=wanted[0]))
-    components = sorted(k for k in keys if k.startswith("reward/"))
+    # reward/<name> is a component's mean reward; reward/<name>/<stat> are the component's own statistics
+    # (calls per second, counts, fractions), which do not belong on the rewards' axis
+    components = sorted(k for k in keys if k.startswith("reward/") and k.count("/") == 1)
     if len(components) > 1:
         plots.append(svg_line_plot("Reward components", [(k[7:], _metric_series(metrics, k)) for k in components],
                                    plot_id="reward_components"))
+    telemetry = sorted(k for k in keys if k.startswith("reward/") and k.rsplit("/", 1)[-1] in HACK_TELEMETRY)
+    if telemetry:
+        plots.append(svg_line_plot("Reward hacking: blocked / anomalous samples",
+                                   [(k[7:], _metric_series(metrics, k)) for k in telemetry],
+                                   plot_id="hack_telemetry", percent=True))
+    rates = sorted(k for k in keys if k.startswith("reward/") and k.endswith("/verify_calls_per_s"))
+    if rates:
+        plots.append(svg_line_plot("Verifier throughput (calls/s)", [(k[7:], _metric_series(metrics, k)) for k in rates],
+                                   plot_id="verifier_throughput"))
     evals = sorted((k for k in keys if k.startswith("eval/pass@")), key=lambda k: _int(k.split("@")[-1]))
     if evals:
         plots.append(svg_line_plot("Held-out pass@k during training",

@@ -72,6 +72,8 @@ class CorrectnessReward:
         self._pool: Any = None
         self._pool_task: Any = None
         self._remote = False  # the pool was handed in (Ray reward workers): keep it for every task
+        self._flags: Counter[str] = Counter()  # verifier flags of the step's samples ("blocked", "anomaly")
+        self._flaggable = 0  # samples whose verifier reports flags (code) in the step
 
     def use_pool(self, pool: Any) -> None:
         """Verify through `pool` (anything with `VerifierPool`'s map/stats/reset_stats/close), e.g. the Ray
@@ -107,6 +109,11 @@ class CorrectnessReward:
         flat = []
         for (sample, record), v in zip(samples, results):
             sample.meta["extracted"] = v.extracted  # for majority votes (maj@k) and the rollout browser
+            if "verifier_flag" in v.meta:  # code verifiers: did the program probe the judge?
+                self._flaggable += 1
+                if v.meta["verifier_flag"]:
+                    self._flags[str(v.meta["verifier_flag"])] += 1
+                    sample.meta["verifier_flag"] = v.meta["verifier_flag"]
             failed = "verifier_failure" in v.meta
             if failed:
                 log.warning("%s (prompt %s)", v.reason, record.id)
@@ -121,12 +128,18 @@ class CorrectnessReward:
         return self.score_batch([group], task)[0]
 
     def metrics(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        if self._flaggable:  # reward-hacking telemetry: a policy probing the judge shows up as a rising curve
+            blocked, anomaly = self._flags.get("blocked", 0), self._flags.get("anomaly", 0)
+            out.update({"blocked_frac": blocked / self._flaggable, "anomaly_frac": anomaly / self._flaggable,
+                        "hack_suspect_frac": (blocked + anomaly) / self._flaggable})
+        self._flags, self._flaggable = Counter(), 0
         if self._pool is None:
-            return {}
+            return out
         stats = self._pool.stats()
         self._pool.reset_stats()
-        out = {"verify_calls_per_s": stats.get("calls_per_s", 0.0), "verifier_timeouts": stats.get("timeouts", 0),
-               "verifier_crashes": stats.get("crashes", 0), "verifier_restarts": stats.get("restarts", 0)}
+        out.update({"verify_calls_per_s": stats.get("calls_per_s", 0.0), "verifier_timeouts": stats.get("timeouts", 0),
+                    "verifier_crashes": stats.get("crashes", 0), "verifier_restarts": stats.get("restarts", 0)})
         if "actor_restarts" in stats:
             out["reward_worker_restarts"] = stats["actor_restarts"]
         return out

@@ -1,21 +1,23 @@
-"""Unit-test rewards for model-written Python: extract the code, run it with the tests in the sandbox.
+"""Unit-test rewards for model-written Python: extract the code, judge it test by test.
 
-All tests run in ONE sandbox process. A harness executes the program, then each test in its own
-try/except, and writes one result line per test to stdout, prefixed with a random nonce the program does
-not know; the parent counts only those lines. A program that crashes, times out, is killed or is blocked
-gets reward 0 with the reason.
+Each test runs in its own fresh sandboxed process and is judged in this process from plain data
+(`rlvr.rewards.judge`): the program never sees a test, an expected value or another test's input, and cannot
+forge a report, because there is none to forge. A program that fails to load, crashes, times out, is killed,
+is blocked by the sandbox or behaves anomalously (fake comparison objects, messages it should not send,
+processes left behind) gets reward 0 with the reason; `CodeResult.flag` says "blocked" or "anomaly" for the
+last two, which the trainer logs as reward-hacking telemetry.
 """
 
 from __future__ import annotations
 
 import ast
 import re
-import secrets
 import textwrap
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
-from rlvr.rewards.sandbox import SandboxResult, run_python
+from rlvr.rewards.judge import TestOutcome, describe_test, run_test, test_kind
+from rlvr.rewards.sandbox import SandboxResult
 
 RewardMode = Literal["all", "fraction"]
 
@@ -30,7 +32,9 @@ class CodeResult:
     passed: int
     total: int
     reason: str
-    sandbox: SandboxResult | None = field(default=None, repr=False)
+    sandbox: SandboxResult | None = field(default=None, repr=False)  # the last test's run
+    flag: str | None = None  # "blocked" or "anomaly": the program tried something a solution never needs
+    tests: list[TestOutcome] = field(default_factory=list, repr=False)
 
 
 def extract_code(text: str) -> str:
@@ -53,9 +57,10 @@ def _clean(code: str) -> str:
     return textwrap.dedent(code).strip("\n").rstrip() + "\n" if code.strip() else ""
 
 
-def split_tests(tests: list[str] | str) -> list[str]:
-    """Tests as a list of snippets. A string whose top-level statements are all asserts is split into one
-    test per assert; any other string is one test."""
+def split_tests(tests: list[Any] | str) -> list[Any]:
+    """Tests as a list. A string whose top-level statements are all asserts is split into one test per
+    assert; any other string is one test. A list keeps its dict tests (function-call or stdin/stdout, see
+    `rlvr.rewards.judge`) and its non-blank code strings."""
     if isinstance(tests, str):
         if not tests.strip():
             return []
@@ -66,61 +71,23 @@ def split_tests(tests: list[str] | str) -> list[str]:
         if body and all(isinstance(node, ast.Assert) for node in body):
             return [ast.get_source_segment(tests, node) or ast.unparse(node) for node in body]
         return [tests]
-    return [str(t) for t in tests if str(t).strip()]
-
-
-_HARNESS = '''
-def __rlvr_run_tests(program, tests, nonce):
-    import os, sys
-    write = os.write
-
-    def emit(line):
-        try:
-            sys.stdout.flush()
-        except BaseException:
-            pass
-        try:
-            write(1, ("\\n" + nonce + " " + line + "\\n").encode("utf-8", "replace"))
-        except BaseException:
-            pass
-
-    def describe(err):
-        try:
-            text = type(err).__name__ + (": " + str(err) if str(err) else "")
-        except BaseException:
-            text = type(err).__name__
-        return text.replace("\\n", " ")[:300]
-
-    namespace = {"__name__": "solution", "__builtins__": __builtins__}
-    try:
-        exec(compile(program, "<solution>", "exec"), namespace)
-    except BaseException as err:
-        emit("P " + describe(err))
-        return
-    for i, test in enumerate(tests):
-        try:
-            exec(compile(test, "<test %d>" % (i + 1), "exec"), namespace)
-        except BaseException as err:
-            emit("F %d %s" % (i, describe(err)))
-        else:
-            emit("T %d" % i)
-    emit("D")
-'''
+    return [t if isinstance(t, dict) else str(t) for t in tests if isinstance(t, dict) or str(t).strip()]
 
 
 def run_unit_tests(
     program: str,
-    tests: list[str] | str,
+    tests: list[Any] | str,
     *,
     timeout: float = 5.0,
     memory_mb: int = 512,
     mode: RewardMode = "all",
     max_output_bytes: int = 256_000,
 ) -> CodeResult:
-    """Run the code in `program` (a model response; see `extract_code`) against `tests` in one sandbox.
+    """Judge the code in `program` (a model response; see `extract_code`) on `tests`, each in its own sandbox
+    run with `timeout` seconds (per test) and `memory_mb`.
 
-    Reward: `all` gives 1.0 when every test passes, else 0.0; `fraction` gives passed/total. A program
-    that fails to load, crashes, times out or is blocked gets 0.
+    Reward: `all` gives 1.0 when every test passes, else 0.0, and stops at the first failing test; `fraction`
+    gives passed/total. A program that fails to load, is killed, is blocked or behaves anomalously gets 0.
     """
     if mode not in ("all", "fraction"):
         raise ValueError(f"run_unit_tests: mode must be 'all' or 'fraction'; got {mode!r}")
@@ -131,54 +98,39 @@ def run_unit_tests(
     code = extract_code(program)
     if not code.strip():
         return CodeResult(0.0, 0, total, "no code in the response")
-    nonce = secrets.token_hex(16)
-    source = _HARNESS + f"\n__rlvr_run_tests({code!r}, {cases!r}, {nonce!r})\n"
-    result = run_python(source, timeout=timeout, memory_mb=memory_mb, max_output_bytes=max_output_bytes)
-
-    passed: set[int] = set()
-    failures: dict[int, str] = {}
-    load_error: str | None = None
-    done = False
-    prefix = nonce + " "
-    for line in result.stdout.splitlines():
-        if not line.startswith(prefix):
+    outcomes: list[TestOutcome] = []
+    passed = 0
+    for case in cases:
+        outcome = run_test(code, case, timeout=timeout, memory_mb=memory_mb, max_output_bytes=max_output_bytes)
+        outcomes.append(outcome)
+        if outcome.passed:
+            passed += 1
             continue
-        kind, _, rest = line[len(prefix):].partition(" ")
-        if kind == "D":
-            done = True
-        elif kind == "P":
-            load_error = rest
-        elif kind in ("T", "F"):
-            index, _, message = rest.partition(" ")
-            if index.isdigit() and int(index) < total:
-                if kind == "T":
-                    passed.add(int(index))
-                else:
-                    failures[int(index)] = message
-    n_passed = len(passed)
+        if outcome.flag or outcome.fatal or outcome.killed or mode == "all":
+            break
+    last = outcomes[-1].sandbox
 
-    def fail(reason: str) -> CodeResult:
-        return CodeResult(0.0, n_passed, total, reason, result)
+    def result(reward: float, reason: str, flag: str | None = None) -> CodeResult:
+        return CodeResult(reward, passed, total, reason, last, flag, outcomes)
 
-    if result.killed_reason:
-        why = f"timeout after {timeout:g}s" if result.timed_out else result.killed_reason
-        return fail(f"{why} ({n_passed}/{total} tests passed before)")
-    if load_error is not None:
-        return fail(f"program failed to run: {load_error}")
-    if not done:
-        if result.exit_code:
-            tail = result.stderr.strip().rsplit("\n", 1)[-1][:300]
-            return fail(f"program crashed (exit code {result.exit_code}){': ' + tail if tail else ''} "
-                        f"({n_passed}/{total} tests passed before)")
-        return fail(f"program exited before the tests finished ({n_passed}/{total} tests passed before)")
-    if result.exit_code:  # all tests ran, then the interpreter failed on the way out
-        return fail(f"program crashed at exit (exit code {result.exit_code})")
-    if n_passed == total:
-        return CodeResult(1.0, n_passed, total, f"passed {total}/{total} tests", result)
-    first = min(i for i in range(total) if i not in passed)
-    snippet = " ".join(cases[first].split())
-    snippet = snippet if len(snippet) <= 100 else snippet[:97] + "..."
-    message = failures.get(first, "did not run")
-    reason = f"passed {n_passed}/{total} tests; test {first + 1} `{snippet}` failed: {message}"
-    reward = n_passed / total if mode == "fraction" else 0.0
-    return CodeResult(reward, n_passed, total, reason, result)
+    if passed == total:
+        return result(1.0, f"passed {total}/{total} tests")
+    failed_at = next(i for i, o in enumerate(outcomes) if not o.passed)
+    bad = outcomes[failed_at]
+    before = f"{passed}/{total} tests passed before"
+    if bad.flag:
+        return result(0.0, f"{bad.reason} (test {failed_at + 1}; {before})", bad.flag)
+    if bad.fatal:
+        return result(0.0, bad.reason)
+    if bad.killed:
+        return result(0.0, f"{bad.reason} ({before})")
+    reason = f"passed {passed}/{total} tests; test {failed_at + 1} `{_label(cases[failed_at])}` failed: {bad.reason}"
+    return result(passed / total if mode == "fraction" else 0.0, reason)
+
+
+def _label(case: Any) -> str:
+    try:
+        test_kind(case)
+        return describe_test(case)
+    except ValueError:
+        return "malformed test"

@@ -55,6 +55,8 @@ def _parse_body(body: str, raw: str) -> ToolCall | MalformedCall:
         obj = json.loads(body)
     except json.JSONDecodeError as err:
         return MalformedCall(f"tool call is not valid JSON: {err.msg} at char {err.pos}", raw)
+    except (ValueError, RecursionError) as err:  # an integer past Python's digit limit; nesting too deep
+        return MalformedCall(f"tool call is not usable JSON: {type(err).__name__}: {str(err)[:100]}", raw)
     if not isinstance(obj, dict):
         return MalformedCall('tool call must be a JSON object {"name": ..., "arguments": {...}}', raw)
     name = obj.get("name")
@@ -64,7 +66,7 @@ def _parse_body(body: str, raw: str) -> ToolCall | MalformedCall:
     if isinstance(args, str):
         try:
             args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # JSONDecodeError, too many digits, too deep
             return MalformedCall(f'"arguments" of {name} is a string that is not a JSON object', raw)
     if not isinstance(args, dict):
         return MalformedCall(f'"arguments" of {name} must be a JSON object', raw)

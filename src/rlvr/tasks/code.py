@@ -1,9 +1,12 @@
-"""Write a Python function; the reward is how many unit tests (assert statements) it passes in the sandbox.
+"""Write a Python program or function; the reward is how many tests it passes, judged outside the sandbox.
 
-Problems come from a JSONL/Parquet file (a prompt column and a tests column holding a list of assert
-strings), or, when no `path` is given, from a small built-in generator of function-writing problems
-("Write a Python function f(x) that returns 3*x + 2.") made deterministically from `seed`, so examples
-and tests need no data files. `record.answer` holds the list of tests.
+Problems come from a JSONL/Parquet file (a prompt column and a tests column holding a list of tests: assert
+strings, `{"call": "f", "args": [...], "expected": ...}` function-call tests, `{"input": ..., "output": ...}`
+stdin/stdout tests, or an APPS/LiveCodeBench `{"inputs": [...], "outputs": [...], "fn_name"?}` object),
+or, when no `path` is given, from a small built-in generator of function-writing problems ("Write a Python
+function f(x) that returns 3*x + 2.") made deterministically from `seed`, so examples and tests need no data
+files. `record.answer` holds the list of tests; see `rlvr.rewards.judge` for how
+each is run and why a program cannot game it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from rlvr.rewards.code import RewardMode, extract_code, run_unit_tests, split_tests
+from rlvr.rewards.judge import test_kind
 from rlvr.tasks.base import TASKS, LazySplit, Task, TaskError, VerifyResult, distinct_records, holdout_split
 from rlvr.tasks.jsonl import read_rows
 from rlvr.types import TaskRecord
@@ -127,17 +131,42 @@ def synthetic_problem(seed: int, key: str) -> TaskRecord:
                       source=f"code:{family}", meta={"solution": solution, "family": family})
 
 
+def io_tests(spec: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """APPS / LiveCodeBench `{"inputs": [...], "outputs": [...], "fn_name"?}` as a list of tests: stdin/stdout
+    tests, or function-call tests when `fn_name` is given (each input then holds the arguments, as a list or as
+    one JSON value per line). None when the object has no such lists."""
+    inputs, outputs = spec.get("inputs"), spec.get("outputs")
+    if not isinstance(inputs, list) or not isinstance(outputs, list) or len(inputs) != len(outputs):
+        return None
+    name = spec.get("fn_name")
+    if not name:
+        return [{"input": i if isinstance(i, str) else "\n".join(map(str, i)),
+                 "output": o if isinstance(o, str) else "\n".join(map(str, o))} for i, o in zip(inputs, outputs)]
+    tests = []
+    for i, o in zip(inputs, outputs):
+        args = i if isinstance(i, list) else [json.loads(line) for line in str(i).split("\n") if line.strip()]
+        expected = o[0] if isinstance(o, list) and len(o) == 1 else o  # APPS wraps call results in a list
+        if isinstance(expected, str):
+            try:
+                expected = json.loads(expected)
+            except json.JSONDecodeError:
+                pass
+        tests.append({"call": name, "args": args, "expected": expected})
+    return tests
+
+
 # -- the task ------------------------------------------------------------------------------------------------
 
 
 @TASKS.register("code")
 class CodeTask(Task):
-    """Python function-writing problems scored by unit tests run in the sandbox.
+    """Python programming problems scored by tests, each run in its own sandbox process and judged here.
 
-    With `path`: rows with a prompt column and a tests column (a list of assert strings, a JSON-encoded
-    list, or one string of asserts); `eval_path` or a seeded `eval_fraction` gives the held-out split, and
-    training rows whose prompt is held out are dropped. Without `path`: `train_size`/`eval_size` generated
-    problems. `reward_mode`: `all` (1 only when every test passes) or `fraction` (share of tests passed).
+    With `path`: rows with a prompt column and a tests column (a list of tests, a JSON-encoded list, one
+    string of asserts, or an APPS-style inputs/outputs object); `eval_path` or a seeded `eval_fraction` gives
+    the held-out split, and training rows whose prompt is held out are dropped. Without `path`:
+    `train_size`/`eval_size` generated problems. `reward_mode`: `all` (1 only when every test passes; stops at
+    the first failure) or `fraction` (share of tests passed). `timeout` is per test.
     """
 
     name = "code"
@@ -226,22 +255,32 @@ class CodeTask(Task):
         if isinstance(tests, str):
             try:
                 decoded = json.loads(tests)
-                tests = decoded if isinstance(decoded, list) else tests
+                tests = decoded if isinstance(decoded, (list, dict)) else tests
             except json.JSONDecodeError:
                 pass
+        if isinstance(tests, dict):
+            tests = io_tests(tests)
+            if tests is None:
+                return [], (f"'{self.columns['tests']}' is an object without equally long 'inputs' and "
+                            "'outputs' lists")
         if isinstance(tests, str):
             tests = split_tests(tests)
-        if not isinstance(tests, list) or not all(isinstance(t, str) for t in tests):
-            return [], f"'{self.columns['tests']}' must be a list of test strings; got {type(tests).__name__}"
-        tests = [t for t in tests if t.strip()]
+        if not isinstance(tests, list):
+            return [], f"'{self.columns['tests']}' must be a list of tests; got {type(tests).__name__}"
+        tests = [t for t in tests if isinstance(t, dict) or (isinstance(t, str) and t.strip())]
         if not tests:
             return [], f"empty '{self.columns['tests']}'"
+        for t in tests:
+            try:
+                test_kind(t)
+            except ValueError as err:
+                return [], str(err)
         setup_col = self.columns["setup"]
         setup = row.get(setup_col) if setup_col else None
         if isinstance(setup, list):
             setup = "\n".join(str(s) for s in setup)
         if setup and str(setup).strip():
-            tests = [f"{setup}\n{t}" for t in tests]
+            tests = [f"{setup}\n{t}" if isinstance(t, str) else t for t in tests]
         return tests, None
 
     def verify(self, response: str, record: TaskRecord) -> VerifyResult:
@@ -252,7 +291,8 @@ class CodeTask(Task):
             correct=result.total > 0 and result.passed == result.total and result.reward == 1.0,
             reason=result.reason,
             extracted=extract_code(response) or None,
-            meta={"passed": result.passed, "total": result.total},
+            # "blocked" / "anomaly" / None: the trainer logs the share of flagged samples (reward hacking telemetry)
+            meta={"passed": result.passed, "total": result.total, "verifier_flag": result.flag},
         )
 
     # Label-free rewards vote over extracted answers; for code that is the code itself.

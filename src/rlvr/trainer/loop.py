@@ -53,6 +53,7 @@ from rlvr.rollout import (
 from rlvr.runtime import (
     ProgressReporter,
     StopSignals,
+    announce_sandbox,
     attach_log_file,
     console,
     format_metrics,
@@ -139,6 +140,8 @@ def train(cfg: Config, *, resume: bool = False, stop_after: int | None = None) -
     cfg.run.dir = run_dir
     log_handler = attach_log_file(run_dir) if dp.is_main() else None
     try:
+        if dp.is_main():
+            announce_sandbox(cfg)
         return _train(cfg, run_dir, resume, stop_after, task, tokenizer, device)
     finally:
         if log_handler is not None:
