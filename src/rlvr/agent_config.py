@@ -14,8 +14,9 @@ def _binding(info: ValidationInfo) -> bool:
     return not (info.context and info.context.get("bind_components") is False)
 
 
-class _NamedSpec(BaseModel):
-    """`name` of a registered entry plus its parameters (all other keys). A bare string is a name."""
+class ComponentSpec(BaseModel):
+    """`name` of a registered component plus its parameters (all other keys). A bare string is a name.
+    Every config section that selects a registered component uses it (`rlvr.config` imports it from here)."""
 
     model_config = ConfigDict(extra="allow")
     name: str
@@ -30,15 +31,15 @@ class _NamedSpec(BaseModel):
         return dict(self.model_extra or {})
 
 
-class ToolSpec(_NamedSpec):
+class ToolSpec(ComponentSpec):
     """A tool of the `tools` environment: `calculator`, or `{name: sql, path: data.db}`."""
 
 
-class EnvironmentSpec(_NamedSpec):
+class EnvironmentSpec(ComponentSpec):
     """The environment: `tools`, or `{name: guess_number, high: 50}`."""
 
 
-def _fill(spec: _NamedSpec, registry: Any, where: str) -> _NamedSpec:
+def _fill(spec: ComponentSpec, registry: Any, where: str) -> ComponentSpec:
     for k, v in registry.resolve(spec.name, spec.params, where).items():
         setattr(spec, k, v)
     return spec

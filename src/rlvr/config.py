@@ -18,7 +18,7 @@ import pydantic
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from rlvr.agent_config import AgentConfig
+from rlvr.agent_config import AgentConfig, ComponentSpec
 
 
 class ConfigError(ValueError):
@@ -32,24 +32,6 @@ class ConfigError(ValueError):
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-
-class ComponentSpec(BaseModel):
-    """`name` of a registered component plus its parameters (all other keys). A bare string is a name."""
-
-    model_config = ConfigDict(extra="allow")
-    name: str
-
-    @model_validator(mode="before")
-    @classmethod
-    def _from_string(cls, v: Any) -> Any:
-        if isinstance(v, str):
-            return {"name": v}
-        return v
-
-    @property
-    def params(self) -> dict[str, Any]:
-        return dict(self.model_extra or {})
 
 
 class RewardSpec(ComponentSpec):

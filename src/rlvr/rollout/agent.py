@@ -33,7 +33,6 @@ from rlvr.agent_config import (  # noqa: F401  (re-exported)
     EnvironmentSpec,
     ToolSpec,
     _fill,
-    _NamedSpec,
     turn_budget_registry,
 )
 from rlvr.rollout.base import RolloutEngine, SamplingParams
