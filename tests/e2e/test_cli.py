@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -117,6 +118,20 @@ def test_eval_rejects_k_larger_than_n(tmp_path):
     assert "eval.ks" in res.output
 
 
-def test_vllm_without_a_gpu_stops_with_a_clear_message(tmp_path):
+def test_vllm_that_cannot_start_stops_with_a_clear_message(tmp_path, monkeypatch):
+    """Selecting vLLM where it cannot run (here: its import fails as if it were not installed) stops before the
+    run directory exists, naming why and the fix, with the brackets of the hint intact."""
+    import builtins
+
+    real = builtins.__import__
+
+    def no_vllm(name, *args, **kwargs):
+        if name == "vllm" or name.startswith("vllm."):
+            raise ModuleNotFoundError("No module named 'vllm'", name="vllm")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.delitem(sys.modules, "vllm", raising=False)
+    monkeypatch.setattr(builtins, "__import__", no_vllm)
     out = _train_fails(tmp_path, "rollout.engine=vllm")
-    assert "rollout.engine" in out and ("needs vLLM" in out or "needs a CUDA GPU" in out)
+    assert "rollout.engine: 'vllm' cannot start: vLLM is not installed" in out
+    assert "make install-vllm" in out and "rollout.engine=fast" in out
