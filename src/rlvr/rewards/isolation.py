@@ -205,7 +205,9 @@ def _probe(interpreter: str) -> OsLayer:
     as_nobody = nobody_can_run(interpreter) and shutil.which("setpriv") is not None
     layer = OsLayer(True, "", bwrap, version, binds, as_nobody)
     cmd = [*_user_prefix(layer), *bwrap_command(layer, 1), interpreter, "-I", "-B", "-c",
-           "import os; open('/tmp/x', 'w').write('1'); assert os.listdir('/proc').count('2') == 1"]
+           # a fresh name: /tmp may also hold read-only binds (an interpreter under /tmp, e.g. /tmp/x/.venv)
+           "import os, tempfile; os.write(tempfile.mkstemp(dir='/tmp')[0], b'1'); "
+           "assert os.listdir('/proc').count('2') == 1"]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.SubprocessError) as err:
