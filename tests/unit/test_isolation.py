@@ -107,6 +107,18 @@ def test_an_interpreter_under_tmp_is_bound_over_the_private_tmp(monkeypatch: pyt
 
 
 @needs_os
+def test_work_dirs_avoid_an_interpreter_kept_under_tmp(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RLVR_SANDBOX", "auto")
+    monkeypatch.setattr(isolation, "kept_under_tmp", lambda layer: ["/tmp/w1/venv"])  # as if cloned into /tmp/w1
+    sandbox.close_servers()
+    try:
+        r = run_python("import os\nprint(os.getcwd())", **Q)
+        assert r.ok and r.stdout == "/tmp/w1_\n", r
+    finally:
+        sandbox.close_servers()
+
+
+@needs_os
 def test_killing_the_server_costs_one_run(no_guard: None) -> None:
     r = run_python("import os\nos.kill(os.getppid(), 9)\nimport time\ntime.sleep(5)", **Q)
     assert r.killed_reason == "sandbox server died during the run"

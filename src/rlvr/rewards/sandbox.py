@@ -903,6 +903,8 @@ def serve_one(request, handles):
 
 def run_one(msg, fds, n):
     workdir = ROOT.rstrip("/") + "/w%d" % n
+    while any(k == workdir or k.startswith(workdir + "/") for k in KEEP):  # e.g. an interpreter in /tmp/w1/.venv
+        workdir += "_"
     pid = os.fork()
     if pid == 0:
         try:
