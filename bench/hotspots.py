@@ -42,10 +42,10 @@ def main() -> None:
     from workers import _learner_batch
 
     from rlvr.config import Config
+    from rlvr.learner.learner import Learner
     from rlvr.models import load_causal_lm, load_tokenizer
     from rlvr.rollout import SamplingParams
     from rlvr.rollout.fast import FastEngine
-    from rlvr.trainer.learner import Learner
 
     small = args.model == "qwen0.5b"
     spec = {"prompts": 2 if small else 16, "n": 4 if small else 8, "max_new_tokens": 64 if small else 96,

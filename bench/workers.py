@@ -69,10 +69,11 @@ def rlvr_train(args: dict[str, Any]) -> None:
     metrics.jsonl (step 1 is warm-up and excluded). Checkpoint/final-model writes are skipped: they come after
     the measured steps and are disk I/O, not training."""
     import rlvr.trainer.loop as loop
+    import rlvr.trainer.run as run
     from rlvr.config import load_config
     from rlvr.tracking import read_metrics
 
-    loop.save_checkpoint = lambda *a, **k: None
+    run.save_checkpoint = lambda *a, **k: None
     loop.save_hf_dir = lambda *a, **k: None
     loop.write_report = lambda *a, **k: None
     steps, P, n, M = args["steps"] + 1, args["prompts"], args["n"], args["max_new_tokens"]
@@ -119,10 +120,11 @@ def rlvr_async(args: dict[str, Any]) -> None:
     import json as _json
 
     import rlvr.trainer.loop as loop
+    import rlvr.trainer.run as run
     from rlvr.config import load_config
     from rlvr.tracking import read_metrics
 
-    loop.save_checkpoint = lambda *a, **k: None
+    run.save_checkpoint = lambda *a, **k: None
     loop.write_report = lambda *a, **k: None
     mode = ["distributed.mode=sync"] if args["staleness"] is None else \
         ["distributed.mode=async", f"distributed.max_staleness={args['staleness']}"]
@@ -477,11 +479,11 @@ def learner(args: dict[str, Any]) -> None:
     full [B, T, V] logits instead of the chunked LM head). All but the fused variants use the loop kernel, so
     each differs from `rows` in one thing."""
 
-    import rlvr.trainer.learner as learner_mod
+    import rlvr.learner.learner as learner_mod
     from rlvr.config import Config
+    from rlvr.learner.learner import Learner
+    from rlvr.learner.packing import padding_report, row_lengths
     from rlvr.models import load_causal_lm, load_tokenizer
-    from rlvr.trainer.learner import Learner
-    from rlvr.trainer.packing import padding_report, row_lengths
 
     variant = args["variant"]
     path = model_dir(args["model"])
@@ -535,7 +537,7 @@ def _full_logits_forward_tokens(model: Any, input_ids: Any, attention_mask: Any,
     """The naive baseline: full [B, T, V] logits, log-softmax over all of them, then gather."""
     import torch
 
-    from rlvr.trainer.logprobs import TokenOutputs
+    from rlvr.models.logprobs import TokenOutputs
 
     logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float() / max(temperature, 1e-6)
     logp_all = torch.log_softmax(logits, dim=-1)

@@ -16,6 +16,17 @@ import torch
 
 
 @dataclass
+class VerifyResult:
+    """A verifier's verdict on one response: reward in [0, 1], whether it is fully correct, and why."""
+
+    reward: float
+    correct: bool
+    reason: str
+    extracted: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class TaskRecord:
     """One problem: what the task hands to the rollout stage."""
 

@@ -62,11 +62,11 @@ REWARDS = ["rewards=[{name: env_reward, weight: 1.0}, {name: correctness, weight
 
 @pytest.mark.slow
 def test_agent_loop_with_the_learner_improves_reward(tiny_model_dir, tmp_path):
+    from rlvr.learner.learner import Learner
     from rlvr.models import load_causal_lm, load_tokenizer
     from rlvr.rewards import RewardFunction
     from rlvr.rollout.hf import HFEngine
     from rlvr.tasks import PromptRenderer, build_task
-    from rlvr.trainer.learner import Learner
     from rlvr.types import Batch
 
     cfg = load_config(None, [f"model.path={tiny_model_dir}", f"run.dir={tmp_path / 'run'}", *COMMON, *REWARDS])

@@ -14,8 +14,8 @@ import torch.multiprocessing as mp
 from ranks import free_port, random_groups
 
 from rlvr.config import Config
+from rlvr.learner.learner import Learner
 from rlvr.models import load_causal_lm
-from rlvr.trainer.learner import Learner
 from rlvr.types import Batch, Group
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -169,20 +169,20 @@ def test_the_reference_worker_matches_a_local_reference_and_survives_a_kill():
 
     from rlvr.distributed.ray_groups import RemoteReference
     from rlvr.models import load_causal_lm
-    from rlvr.trainer.logprobs import forward_tokens
+    from rlvr.models.logprobs import forward_tokens
     from rlvr.types import Batch, Group, Sample, TaskRecord
 
     cfg = load_config(GRPO, ["distributed.backend=ray", "distributed.reference_worker=true",
-                             "distributed.cpus_per_reference_worker=0.25"])
+                             "distributed.cpus_per_reference_worker=0.25", "train.micro_batch_size=2"])
     samples = [Sample(prompt_ids=[5, 6, 7], response_ids=[8, 9, 10, 11][: 2 + i], reward=0.0) for i in range(3)]
     batch = Batch.from_groups([Group(TaskRecord(id="0", question=""), [5, 6, 7], samples)], pad_id=0)
     local = forward_tokens(load_causal_lm(cfg.model.path), batch.input_ids, batch.attention_mask, batch.mask).logprobs
     ref = RemoteReference(cfg, str(cfg.model.path))
     try:
-        torch.testing.assert_close(ref.remote_logprobs(batch, 1.0, 2), local)
+        torch.testing.assert_close(ref.token_logprobs(batch, 1.0), local)
         ref.load_state_dict({k: v * 0 for k, v in load_causal_lm(cfg.model.path).state_dict().items()})  # a reset
         ray.kill(ref.actor)
-        zeroed = ref.remote_logprobs(batch, 1.0, 2)  # a new actor, given the reset weights again
+        zeroed = ref.token_logprobs(batch, 1.0)  # a new actor, given the reset weights again
         assert ref.restarts == 1 and not torch.allclose(zeroed, local)
         assert all(float(v.abs().sum()) == 0 for v in ref.state_dict().values() if v.is_floating_point())
     finally:

@@ -18,10 +18,10 @@ import torch.multiprocessing as mp
 from ranks import free_port, random_groups
 
 from rlvr.config import Config, ConfigError
-from rlvr.distributed import data_parallel as dp
-from rlvr.distributed import fsdp
+from rlvr.learner.learner import Learner
 from rlvr.models import load_causal_lm
-from rlvr.trainer.learner import Learner
+from rlvr.parallel import data_parallel as dp
+from rlvr.parallel import fsdp
 from rlvr.types import Batch, Group
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,11 +12,11 @@ import torch
 
 from rlvr.config import load_config
 from rlvr.models import eos_token_ids, load_causal_lm, load_tokenizer
+from rlvr.models.logprobs import token_logprobs
 from rlvr.rollout import SamplingParams
 from rlvr.rollout.hf import HFEngine
 from rlvr.tasks import PromptRenderer, build_task
 from rlvr.tracking import read_metrics
-from rlvr.trainer.logprobs import token_logprobs
 from rlvr.trainer.loop import train
 from rlvr.types import Batch, Group, TaskRecord
 

@@ -14,10 +14,11 @@ ray = pytest.importorskip("ray")
 
 from rlvr.config import Config, ConfigError, load_config  # noqa: E402
 from rlvr.distributed.ray_learner import RayLearnerGroup, combine_stats, deal_groups  # noqa: E402
+from rlvr.learner import learn_on  # noqa: E402
+from rlvr.learner.learner import Learner  # noqa: E402
 from rlvr.models import load_causal_lm  # noqa: E402
 from rlvr.tracking import read_metrics  # noqa: E402
-from rlvr.trainer.learner import Learner  # noqa: E402
-from rlvr.trainer.loop import TrainingError, learn_on, train  # noqa: E402
+from rlvr.trainer.loop import TrainingError, train  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 GRPO = ROOT / "recipes" / "grpo.yaml"

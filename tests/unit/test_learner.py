@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from rlvr.config import Config
+from rlvr.learner.learner import Learner
 from rlvr.models import load_causal_lm
-from rlvr.trainer.learner import Learner
-from rlvr.trainer.logprobs import token_logprobs
+from rlvr.models.logprobs import token_logprobs
 from rlvr.types import Batch, Group, Sample, TaskRecord
 
 
@@ -109,7 +109,7 @@ def test_state_dict_round_trip(tiny_model_dir):
 
 def test_fused_adamw_is_used_when_available_and_matches_the_loop_kernel():
     from rlvr.config import OptimConfig
-    from rlvr.trainer.optim import build_optimizer
+    from rlvr.learner.optim import build_optimizer
 
     torch.manual_seed(0)
     a = torch.nn.Linear(8, 8)

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from rlvr.config import Config, ConfigError, load_config
+from rlvr.learner.critic import Critic
+from rlvr.learner.learner import Learner, needs_reference
 from rlvr.models import load_causal_lm
-from rlvr.trainer.critic import Critic
-from rlvr.trainer.learner import Learner, needs_reference
 from rlvr.types import Batch, Group, Sample, TaskRecord
 
 

@@ -7,16 +7,16 @@ import copy
 import torch
 
 from rlvr.config import Config
-from rlvr.models import load_causal_lm
-from rlvr.trainer.learner import Learner
-from rlvr.trainer.logprobs import forward_tokens, pack_rows, packable, token_logprobs
-from rlvr.trainer.packing import (
+from rlvr.learner.learner import Learner
+from rlvr.learner.packing import (
     group_token_micro_batches,
     padded_cost,
     padding_report,
     row_lengths,
     row_token_micro_batches,
 )
+from rlvr.models import load_causal_lm
+from rlvr.models.logprobs import forward_tokens, pack_rows, packable, token_logprobs
 from rlvr.types import Batch, Group, Sample, TaskRecord
 
 

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from rlvr.models import load_causal_lm, load_tokenizer
+from rlvr.models.logprobs import token_logprobs
 from rlvr.rollout import ENGINES, SamplingParams
 from rlvr.rollout.fast import FastEngine, _Decoder, _sample, _truncate
 from rlvr.rollout.hf import HFEngine
-from rlvr.trainer.logprobs import token_logprobs
 from rlvr.types import Batch, Group, TaskRecord
 
 TEXTS = ["1+2=", "99+1234=", "5=", "12+3456789="]  # different lengths: padding must not matter

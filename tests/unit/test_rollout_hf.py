@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from rlvr.models import load_causal_lm, load_tokenizer
+from rlvr.models.logprobs import token_logprobs
 from rlvr.rollout import SamplingParams
 from rlvr.rollout.hf import HFEngine
-from rlvr.trainer.logprobs import token_logprobs
 from rlvr.types import Batch, Group, TaskRecord
 
 

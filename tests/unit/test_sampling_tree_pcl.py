@@ -132,8 +132,8 @@ def test_cure_picks_among_the_top_k_and_skips_special_tokens(monkeypatch, tokeni
 def test_tree_branches_are_token_exact_with_the_real_engine(tiny_model_dir):
     """Branch log-probs (trunk prefix + engine continuation) equal a fresh forward of the same policy."""
     from rlvr.models import load_causal_lm, load_tokenizer
+    from rlvr.models.logprobs import forward_tokens
     from rlvr.rollout import ENGINES
-    from rlvr.trainer.logprobs import forward_tokens
 
     torch.manual_seed(0)
     tok = load_tokenizer(str(tiny_model_dir))

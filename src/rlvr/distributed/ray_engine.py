@@ -277,6 +277,10 @@ class RayEngine(RolloutEngine):
         """Seconds the workers have spent generating, summed over workers (for idle-time metrics)."""
         return float(sum(self.ray.get([w.busy.remote() for w in self.workers])))
 
+    def metrics(self) -> dict[str, float]:
+        return {"distributed/rollout_worker_restarts": float(self.restarts),
+                "distributed/weight_broadcast": float(self.broadcasting)}
+
     def shutdown(self) -> None:
         for w in self.workers:
             kill_actor(self.ray, w)

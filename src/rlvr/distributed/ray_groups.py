@@ -7,8 +7,8 @@
   worth moving off the controller (code execution, slow checkers); shaping and label-free terms are cheap and
   need whole groups, so they stay where they are.
 - **Reference worker** (`distributed.reference_worker: true`): the frozen reference model in its own actor, off
-  the learner's device; `RemoteReference.remote_logprobs(batch)` returns the reference log-probs the learner
-  would have computed. It also takes the ProRL reference reset (`load_state_dict`) and reports its weights for
+  the learner's device; `RemoteReference.token_logprobs(batch, temperature)` returns the reference log-probs the
+  learner would have computed (the log-prob model role, `rlvr.roles.LogProbModel`). It also takes the ProRL reference reset (`load_state_dict`) and reports its weights for
   checkpoints (`state_dict`).
 
 An actor that dies is replaced (and, for the reference, given its latest weights again) and the call is
@@ -129,33 +129,25 @@ class RayVerifierPool:
 
 
 class ReferenceWorker:
-    """Actor body: the frozen reference model; returns token log-probs like the learner's no-grad pass."""
+    """Actor body: the frozen reference model, a `LocalLogProbModel` in the actor's process."""
 
-    def __init__(self, path: str, dtype: str, device: str, trust_remote_code: bool, threads: int | None):
+    def __init__(self, path: str, dtype: str, device: str, trust_remote_code: bool, threads: int | None,
+                 micro_batch_size: int, pack_tokens: bool):
+        from rlvr.learner.logprob_model import LocalLogProbModel
         from rlvr.models import load_causal_lm, resolve_device, resolve_dtype
 
         if threads:
             torch.set_num_threads(threads)
         dev = resolve_device(device)
-        self.device = dev
-        self.model = load_causal_lm(path, dtype=resolve_dtype(dtype, dev), device=dev,
-                                    trust_remote_code=trust_remote_code, trainable=False)
+        model = load_causal_lm(path, dtype=resolve_dtype(dtype, dev), device=dev,
+                               trust_remote_code=trust_remote_code, trainable=False)
+        self.model = LocalLogProbModel(model, micro_batch_size, pack_tokens)
 
     def ready(self) -> bool:
         return True
 
-    @torch.no_grad()
-    def logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, mask: torch.Tensor,
-                 temperature: float, micro_batch_size: int) -> torch.Tensor:
-        from rlvr.trainer.logprobs import forward_tokens
-
-        out = torch.zeros(mask.shape, dtype=torch.float32)
-        for start in range(0, len(input_ids), micro_batch_size):
-            rows = slice(start, start + micro_batch_size)
-            lp = forward_tokens(self.model, input_ids[rows].to(self.device), attention_mask[rows].to(self.device),
-                                mask[rows].to(self.device), temperature).logprobs
-            out[rows, : lp.shape[1]] = lp.cpu()
-        return out
+    def token_logprobs(self, batch: Batch, temperature: float) -> torch.Tensor:
+        return self.model.token_logprobs(batch, temperature).cpu()
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         self.model.load_state_dict(state)
@@ -165,7 +157,7 @@ class ReferenceWorker:
 
 
 class RemoteReference:
-    """The reference model as a Ray actor, in place of a local frozen copy (see `Learner.prepare`)."""
+    """The reference model as a Ray actor: the log-prob model role placed remotely (see `Learner.prepare`)."""
 
     def __init__(self, cfg: Any, path: str):
         self.ray = connect_ray(cfg)
@@ -179,7 +171,8 @@ class RemoteReference:
         threads = max(1, int(d.cpus_per_reference_worker)) if d.gpus_per_reference_worker == 0 else None
         actor = start_actor(self.ray, ReferenceWorker,
                             (self.path, cfg.model.dtype, "cuda" if d.gpus_per_reference_worker > 0 else "cpu",
-                             cfg.model.trust_remote_code, threads),
+                             cfg.model.trust_remote_code, threads, cfg.train.micro_batch_size,
+                             cfg.train.pack_tokens),
                             num_cpus=d.cpus_per_reference_worker, num_gpus=d.gpus_per_reference_worker,
                             what="reference worker", knob="distributed.cpus_per_reference_worker")
         if self._state is not None:
@@ -195,9 +188,8 @@ class RemoteReference:
             self.actor = self._spawn()
             return self.ray.get(getattr(self.actor, method).remote(*args))
 
-    def remote_logprobs(self, batch: Batch, temperature: float, micro_batch_size: int) -> torch.Tensor:
-        return self._call("logprobs", batch.input_ids.cpu(), batch.attention_mask.cpu(), batch.mask.cpu(),
-                          temperature, micro_batch_size)
+    def token_logprobs(self, batch: Batch, temperature: float) -> torch.Tensor:
+        return self._call("token_logprobs", batch.to("cpu"), temperature)
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         self._state = self.ray.put(cpu_state(state))

@@ -1,7 +1,7 @@
 """The learner as a Ray actor group (`distributed.learner_workers: N`, with `distributed.backend: ray`).
 
 N actors form one torch.distributed process group (NCCL on GPUs, gloo on CPUs) and train as the torchrun
-data-parallel learner does (`rlvr/distributed/data_parallel.py`): every rank holds the policy, gradients are
+data-parallel learner does (`rlvr/parallel/data_parallel.py`): every rank holds the policy, gradients are
 summed after each mini-batch, and losses are normalized by global token counts, so an update equals the
 single-process update on the union of the ranks' groups (tested). What differs from torchrun is who drives:
 the controller samples and rewards the whole batch, deals whole groups to the ranks (longest first, to the
@@ -27,12 +27,13 @@ import torch
 from rlvr import faults
 from rlvr.distributed.ray_engine import connect_ray, cpu_state, free_port, kill_actor
 from rlvr.distributed.ray_groups import start_actor
+from rlvr.errors import RoleLost
 from rlvr.types import Group
 
 log = logging.getLogger("rlvr.distributed")
 
 
-class LearnerWorkerLost(RuntimeError):
+class LearnerWorkerLost(RoleLost):
     """A learner rank died; the group has been shut down."""
 
 
@@ -63,10 +64,9 @@ class LearnerWorker:
         """Join the process group, then build the learner (every rank from the same seed: identical replicas)."""
         import torch.distributed as dist
 
+        from rlvr.learner import Learner, build_critic, needs_reference
         from rlvr.models import load_causal_lm, resolve_device, resolve_dtype
         from rlvr.runtime import seed_everything
-        from rlvr.trainer.learner import Learner, needs_reference
-        from rlvr.trainer.loop import build_critic
 
         cfg = self.cfg
         device = resolve_device(cfg.model.device)
@@ -88,7 +88,7 @@ class LearnerWorker:
 
     def learn(self, groups: list[Group], pad_id: int) -> tuple[dict[str, float], list[Any]]:
         """One RL update on this rank's groups; returns its metrics and each sample's advantage, in order."""
-        from rlvr.trainer.loop import learn_on
+        from rlvr.learner import learn_on
 
         if not groups:
             return self.learner.idle_update(), []

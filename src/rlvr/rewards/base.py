@@ -29,7 +29,7 @@ from typing import Annotated, Any, Protocol
 from pydantic import Field
 
 from rlvr.registry import Registry
-from rlvr.types import Group
+from rlvr.types import Group, VerifyResult
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +83,6 @@ class CorrectnessReward:
 
     def _verify_all(self, pairs: list[tuple[str, Any]], task: Any) -> list[Any]:
         """VerifyResults for (text, record) pairs; failures become reward 0 with `meta['verifier_failure']`."""
-        from rlvr.tasks.base import VerifyResult
-
         if self._remote:
             return self._pool.map(pairs)
         if self.workers > 0 and len(pairs) > 1:

@@ -365,7 +365,7 @@ def _safe_match(task: Any, a: str, b: str) -> bool:
 def _score_continuations(policy: Any, pairs: list[tuple[list[int], list[int]]], temperature: float,
                          batch_size: int = 32) -> list[torch.Tensor]:
     """For each (context_ids, target_ids), the policy's log-probs of the target tokens given the context."""
-    from rlvr.trainer.logprobs import token_logprobs
+    from rlvr.models.logprobs import token_logprobs
 
     device = next(policy.parameters()).device
     out: list[torch.Tensor] = []

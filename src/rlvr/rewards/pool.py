@@ -24,8 +24,7 @@ from multiprocessing.connection import wait
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
-from rlvr.tasks.base import VerifyResult
-from rlvr.types import TaskRecord
+from rlvr.types import TaskRecord, VerifyResult
 
 log = logging.getLogger(__name__)
 

@@ -36,6 +36,19 @@ class RolloutEngine(abc.ABC):
         """Make the engine sample from `model`'s current weights, tagged as policy `version`."""
         self.policy_version = version
 
+    def sleep(self) -> None:  # noqa: B027  (optional hook: most engines keep their memory)
+        """Free what the engine holds while the learner trains (a colocated engine's KV cache). Default: keep it."""
+
+    def wake(self) -> None:  # noqa: B027
+        """Undo `sleep` before the next rollout."""
+
+    def metrics(self) -> dict[str, float]:
+        """Placement metrics of the step (e.g. Ray worker restarts); none for an in-process engine."""
+        return {}
+
+    def shutdown(self) -> None:  # noqa: B027
+        """Release workers, servers and memory; the engine is unusable afterwards."""
+
 
 def rollout_groups(
     engine: RolloutEngine,

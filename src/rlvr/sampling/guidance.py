@@ -51,7 +51,7 @@ def off_policy_sample(prompt_ids: list[int], text: str, tokenizer: Any, append_e
 @torch.no_grad()
 def mean_token_logprob(policy: Any, samples: list[Sample], temperature: float = 1.0) -> list[float]:
     """Length-normalized log-likelihood of each sample's response under `policy` (no gradient)."""
-    from rlvr.trainer.logprobs import forward_tokens
+    from rlvr.models.logprobs import forward_tokens
 
     if not samples:
         return []

@@ -28,7 +28,7 @@ from rlvr.types import Group, Sample
 @torch.no_grad()
 def response_entropies(policy: Any, samples: list[Sample], temperature: float, chunk: int = 64) -> list[list[float]]:
     """Per response token, the entropy of the policy's next-token distribution that produced it."""
-    from rlvr.trainer.logprobs import forward_tokens
+    from rlvr.models.logprobs import forward_tokens
 
     device = next(policy.parameters()).device
     out: list[list[float]] = []

@@ -9,28 +9,16 @@ from __future__ import annotations
 import abc
 import random
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Literal, overload
 
 from rlvr.registry import Registry
-from rlvr.types import TaskRecord
+from rlvr.types import TaskRecord, VerifyResult  # noqa: F401  (VerifyResult: re-exported for tasks)
 
 TASKS: Registry = Registry("task")
 
 
 class TaskError(ValueError):
     """A task cannot be built from its config or data (missing file, missing column, bad rows)."""
-
-
-@dataclass
-class VerifyResult:
-    """A verifier's verdict on one response: reward in [0, 1], whether it is fully correct, and why."""
-
-    reward: float
-    correct: bool
-    reason: str
-    extracted: str | None = None
-    meta: dict[str, Any] = field(default_factory=dict)
 
 
 class Task(abc.ABC):

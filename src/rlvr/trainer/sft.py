@@ -15,7 +15,9 @@ import torch
 from rich.markup import escape
 
 from rlvr.config import SFTConfig
+from rlvr.learner.optim import build_optimizer, build_scheduler
 from rlvr.models import check_vocab, load_causal_lm, load_tokenizer, resolve_device, resolve_dtype
+from rlvr.models.logprobs import token_logprobs
 from rlvr.models.lora import apply_lora, exportable
 from rlvr.runtime import (
     ProgressReporter,
@@ -29,8 +31,6 @@ from rlvr.tasks import TaskError, encode_prompt, uses_chat_template
 from rlvr.tasks.jsonl import read_rows
 from rlvr.tracking import JsonlSink
 from rlvr.trainer.checkpoint import save_checkpoint, save_hf_dir
-from rlvr.trainer.logprobs import token_logprobs
-from rlvr.trainer.optim import build_optimizer, build_scheduler
 
 log = logging.getLogger("rlvr.sft")
 

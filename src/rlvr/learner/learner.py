@@ -41,12 +41,13 @@ from rlvr.algorithms import (
 )
 from rlvr.algorithms.inputs import broadcast_to_tokens, call_on_rows, call_with_inputs, tensor_inputs
 from rlvr.config import Config
-from rlvr.distributed import data_parallel as dp
-from rlvr.distributed import fsdp
-from rlvr.trainer.critic import Critic, value_loss
-from rlvr.trainer.logprobs import forward_tokens
-from rlvr.trainer.optim import build_optimizer, build_scheduler
-from rlvr.trainer.packing import group_token_micro_batches, row_lengths
+from rlvr.learner.critic import Critic, value_loss
+from rlvr.learner.logprob_model import as_logprob_model
+from rlvr.learner.optim import build_optimizer, build_scheduler
+from rlvr.learner.packing import group_token_micro_batches, row_lengths
+from rlvr.models.logprobs import forward_tokens
+from rlvr.parallel import data_parallel as dp
+from rlvr.parallel import fsdp
 from rlvr.types import Batch
 
 log = logging.getLogger("rlvr.learner")
@@ -63,10 +64,11 @@ def needs_reference(cfg: Config) -> bool:
 
 
 class Learner:
-    def __init__(self, model: torch.nn.Module, cfg: Config, reference: torch.nn.Module | None = None,
-                 critic: Critic | None = None):
+    def __init__(self, model: torch.nn.Module, cfg: Config, reference: Any = None, critic: Critic | None = None):
         self.model = model
-        self.reference = reference
+        # the KL reference: a log-prob model (here or on Ray); a bare module is wrapped as one
+        self.reference = None if reference is None else \
+            as_logprob_model(reference, cfg.train.micro_batch_size, cfg.train.pack_tokens)
         self.critic = critic
         self.cfg = cfg
         alg = cfg.algorithm
@@ -146,17 +148,16 @@ class Learner:
         return out
 
     @torch.no_grad()
-    def _forward_all(self, model: torch.nn.Module, batch: Batch, with_entropy: bool = False
-                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """No-grad log-probs (and entropy) of the whole batch under `model`, micro-batch by micro-batch."""
+    def _forward_all(self, batch: Batch, with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """No-grad log-probs (and entropy) of the whole batch under the policy, micro-batch by micro-batch."""
         logprobs = torch.zeros(batch.mask.shape, dtype=torch.float32, device=self.device)
         entropy = torch.zeros_like(logprobs) if with_entropy else None
         micro = self._micro_batches(torch.arange(len(batch)))
         # a sharded forward is a collective: run as many as the busiest rank (agreed before the first one)
-        padding = fsdp.pad_count(len(micro)) - len(micro) if model is self.model and self.sharded else 0
+        padding = fsdp.pad_count(len(micro)) - len(micro) if self.sharded else 0
         for rows in micro:
             mb = batch.select(rows).to(self.device)
-            out = forward_tokens(model, mb.input_ids, mb.attention_mask, mb.mask, self.temperature,
+            out = forward_tokens(self.model, mb.input_ids, mb.attention_mask, mb.mask, self.temperature,
                                  with_entropy=with_entropy, pack_tokens=self.cfg.train.pack_tokens)
             idx = rows.to(self.device)
             logprobs[idx, : out.logprobs.shape[1]] = out.logprobs
@@ -197,17 +198,13 @@ class Learner:
         batch = batch.to(self.device)
         entropy = None
         if self._recompute_old or batch.old_logprobs is None or self._entropy_in_prepare:
-            old, entropy = self._forward_all(self.model, batch, with_entropy=self._entropy_in_prepare)
+            old, entropy = self._forward_all(batch, with_entropy=self._entropy_in_prepare)
             if self._recompute_old or batch.old_logprobs is None:
                 batch.behaviour_logprobs = batch.old_logprobs
                 batch.old_logprobs = old
         if needs_reference(self.cfg):
             assert self.reference is not None, "a reference model is needed but was not loaded"
-            if hasattr(self.reference, "remote_logprobs"):  # a Ray reference worker (distributed.reference_worker)
-                batch.ref_logprobs = self.reference.remote_logprobs(batch, self.temperature,
-                                                                    self.cfg.train.micro_batch_size).to(self.device)
-            else:
-                batch.ref_logprobs, _ = self._forward_all(self.reference, batch)
+            batch.ref_logprobs = self.reference.token_logprobs(batch, self.temperature).to(self.device)
         if self.critic is not None:
             batch.values = self._values_all(batch)
 

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from rlvr.distributed import data_parallel as dp
+from rlvr.parallel import data_parallel as dp
 
 
 def _dtensor_type() -> type | None:

@@ -19,7 +19,7 @@ def build_optimizer(model: torch.nn.Module, cfg: OptimConfig,
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise ValueError("the model has no trainable parameters")
-    from rlvr.distributed.fsdp import is_sharded
+    from rlvr.parallel.fsdp import is_sharded
 
     # FSDP2 shards some parameters (DTensors) and leaves others whole; one fused/foreach kernel call cannot mix
     # the two kinds, and AdamW calls its kernel once per parameter group, so each kind gets its own group.

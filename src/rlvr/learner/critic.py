@@ -14,8 +14,8 @@ from typing import Any
 import torch
 
 from rlvr.config import CriticConfig, OptimConfig
-from rlvr.trainer.logprobs import token_values
-from rlvr.trainer.optim import build_optimizer
+from rlvr.learner.optim import build_optimizer
+from rlvr.models.logprobs import token_values
 from rlvr.types import Batch
 
 
@@ -83,3 +83,18 @@ class Critic:
             self.backbone.load_state_dict(state["backbone"])
             if self.optimizer is not None and state.get("optimizer"):
                 self.optimizer.load_state_dict(state["optimizer"])
+
+
+def build_critic(cfg: Any, policy: torch.nn.Module, dtype: torch.dtype, device: torch.device) -> Critic | None:
+    """The critic `algorithm.critic` asks for: a value head on the policy, or a separate backbone (GAE/PPO)."""
+    from rlvr.models import load_causal_lm
+
+    spec = cfg.algorithm.critic
+    if spec is None:
+        return None
+    backbone = None
+    if spec.kind == "separate":
+        backbone = load_causal_lm(spec.path or cfg.model.path, dtype=dtype, device=device,
+                                  trust_remote_code=cfg.model.trust_remote_code,
+                                  key="algorithm.critic.path" if spec.path else "model.path")
+    return Critic(spec, policy, backbone, device)

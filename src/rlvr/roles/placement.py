@@ -1,0 +1,160 @@
+"""Placement: every role of a run built once, in this process or on Ray, from the config alone.
+
+This is the only module that decides where a role runs (HybridFlow's single-controller idea: placement is data).
+The controller gets a `Roles` and calls their protocols (`rlvr.roles.protocols`); it never imports Ray and never
+reads `distributed.*`.
+
+    role          in process                          on Ray (`distributed.*`)
+    generator     build_engine(rollout.engine)        RayEngine (backend: ray; rollout_workers actors)
+    scorer        RewardFunction(rewards)             its verifiers on RayVerifierPool (reward_workers)
+    reference     LocalLogProbModel (in the learner)  RemoteReference (reference_worker), or one per learner rank
+    trainable     LocalTrainable(Learner), FSDP2      RayLearnerGroup (learner_workers ranks)
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from rich.markup import escape
+
+from rlvr.config import Config
+from rlvr.learner import Learner, LocalLogProbModel, LocalTrainable, build_critic, needs_reference
+from rlvr.models import check_vocab, load_causal_lm, resolve_dtype
+from rlvr.models.lora import apply_lora, lora_summary
+from rlvr.parallel import data_parallel as dp
+from rlvr.rewards import RewardContext, RewardFunction
+from rlvr.roles.protocols import Generator, LogProbModel, Trainable
+from rlvr.rollout import build_engine, build_env_factory
+from rlvr.runtime import console
+
+log = logging.getLogger("rlvr.train")
+
+
+@dataclass
+class Roles:
+    """The placed roles of one run. `policy` is the controller's whole copy of the policy: checkpoints and
+    reward terms read it, and the generator is synced from it."""
+
+    policy: torch.nn.Module
+    generator: Generator
+    scorer: RewardFunction
+    trainable: Trainable
+    reference: LogProbModel | None = None  # inside the trainable; None when each Ray learner rank holds its own
+    env_factory: Any = None  # agent runs: one environment per episode, tools built once
+    _opened: list[Any] = field(default_factory=list, repr=False)  # everything to close, in creation order
+
+    def publish(self, version: int) -> None:
+        """Hand the updated policy to the generator: gather or fetch it from the trainable, then sync."""
+        self.trainable.pull_weights(self.policy)
+        self.generator.wake()
+        self.generator.sync_weights(self.policy, version=version)
+
+    def close(self) -> None:
+        """Close every role, newest first; one that fails to close does not keep the others open."""
+        while self._opened:
+            role = self._opened.pop()
+            try:
+                role.shutdown() if hasattr(role, "shutdown") else role.close()
+            except Exception as err:  # closing must not hide the run's own error
+                log.warning("closing %s failed: %s", type(role).__name__, err)
+
+
+def place_roles(cfg: Config, tokenizer: Any, device: torch.device, checkpoint: Path | None) -> Roles:
+    """Build the roles `cfg` asks for. Weights come from `checkpoint` when resuming (its trainer state is loaded
+    by the caller), else from `model.path`. If building one role fails, those built so far are closed."""
+    opened: list[Any] = []
+    try:
+        return _place(cfg, tokenizer, device, checkpoint, opened)
+    except BaseException:
+        Roles(policy=None, generator=None, scorer=None, trainable=None, _opened=opened).close()  # type: ignore[arg-type]
+        raise
+
+
+def _place(cfg: Config, tokenizer: Any, device: torch.device, checkpoint: Path | None, opened: list[Any]) -> Roles:
+    d = cfg.distributed
+    dtype = resolve_dtype(cfg.model.dtype, device)
+    weights = str(checkpoint or cfg.model.path)
+    policy = load_policy(cfg, tokenizer, device, dtype, checkpoint)
+    # a Ray learner rank holds its own reference; otherwise the learner here holds this one
+    reference = None if d.learner_workers else place_reference(cfg, device, dtype)
+    if reference is not None:
+        opened.append(reference)
+
+    if d.backend == "ray":  # rollout workers as Ray actors, behind the same engine interface
+        from rlvr.distributed.ray_engine import RayEngine
+
+        generator: Any = RayEngine(cfg, weights)
+    else:
+        generator = build_engine(cfg.rollout.engine, cfg.rollout.engine_options, cfg.rollout.batch_size, policy,
+                                 tokenizer)
+    opened.append(generator)
+
+    scorer = RewardFunction.from_config(cfg.rewards, RewardContext(
+        policy=policy, tokenizer=tokenizer, temperature=cfg.rollout.temperature,
+        max_new_tokens=cfg.rollout.max_new_tokens))
+    opened.append(scorer)
+    if d.reward_workers:  # the verifiers run on Ray actors
+        from rlvr.distributed.ray_groups import RayVerifierPool
+        from rlvr.rewards.base import CorrectnessReward
+
+        for term in scorer.terms:
+            if isinstance(term.component, CorrectnessReward):
+                term.component.use_pool(RayVerifierPool(cfg, term.component.workers, term.component.timeout))
+
+    trainable: Any
+    if d.learner_workers:  # data-parallel learner ranks as Ray actors, each with its own reference and critic
+        from rlvr.distributed.ray_learner import RayLearnerGroup
+
+        trainable = RayLearnerGroup(cfg, weights, tokenizer.pad_token_id)
+    else:
+        learner_model = policy
+        if d.learner == "fsdp2" and dp.world_size() > 1:  # a sharded copy trains; `policy` stays whole
+            from rlvr.parallel.fsdp import shard_model
+
+            learner_model = shard_model(copy.deepcopy(policy))
+        elif d.learner == "fsdp2":
+            log.warning("distributed.learner=fsdp2 shards over torchrun ranks; with one process it trains unsharded")
+        trainable = LocalTrainable(Learner(learner_model, cfg, reference, build_critic(cfg, policy, dtype, device)),
+                                   tokenizer.pad_token_id)
+    opened.append(trainable)
+    env_factory = build_env_factory(cfg.agent) if cfg.agent is not None else None
+    if env_factory is not None:
+        opened.append(env_factory)
+    return Roles(policy=policy, generator=generator, scorer=scorer, trainable=trainable, reference=reference,
+                 env_factory=env_factory, _opened=opened)
+
+
+def load_policy(cfg: Config, tokenizer: Any, device: torch.device, dtype: torch.dtype,
+                checkpoint: Path | None) -> torch.nn.Module:
+    """The policy's weights: the checkpoint's, or `model.path`'s with LoRA adapters (restored by the caller)."""
+    lora = cfg.model.lora
+    policy = load_causal_lm(checkpoint if checkpoint is not None and lora is None else cfg.model.path, dtype=dtype,
+                            device=device, trust_remote_code=cfg.model.trust_remote_code,
+                            gradient_checkpointing=cfg.model.gradient_checkpointing)
+    if lora is not None:
+        policy = apply_lora(policy, lora)
+        summary = lora_summary(policy, lora)
+        log.info("%s", summary)
+        if dp.is_main():
+            console.print(escape(summary), highlight=False)
+    check_vocab(tokenizer, policy)
+    return policy
+
+
+def place_reference(cfg: Config, device: torch.device, dtype: torch.dtype) -> LogProbModel | None:
+    """The frozen KL reference, if the algorithm uses one: a Ray actor of its own, or a local copy."""
+    if not needs_reference(cfg):
+        return None
+    path = str(cfg.model.reference_path or cfg.model.path)
+    if cfg.distributed.reference_worker:
+        from rlvr.distributed.ray_groups import RemoteReference
+
+        return RemoteReference(cfg, path)
+    model = load_causal_lm(path, dtype=dtype, device=device, trust_remote_code=cfg.model.trust_remote_code,
+                           trainable=False, key="model.reference_path" if cfg.model.reference_path else "model.path")
+    return LocalLogProbModel(model, cfg.train.micro_batch_size, cfg.train.pack_tokens)

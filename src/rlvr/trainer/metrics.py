@@ -1,0 +1,59 @@
+"""The numbers one training step logs: rollout statistics, the learner's, the sampler's and the timings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from rlvr.rewards import RewardFunction, non_finite_metrics
+from rlvr.rollout import agent_metrics
+from rlvr.types import Group
+
+CONSOLE_KEYS = ("reward", "acc", "len", "entropy", "kl", "clip", "step_s")
+
+
+def rollout_metrics(groups: list[Group], reward_fn: RewardFunction) -> dict[str, float]:
+    samples = [s for g in groups for s in g.samples]
+    rewards = torch.tensor([s.reward for s in samples], dtype=torch.float64)
+    lengths = torch.tensor([len(s.response_ids) for s in samples], dtype=torch.float64)
+    metrics: dict[str, float] = {
+        "reward_mean": float(rewards.mean()),
+        "reward_std": float(rewards.std()) if len(samples) > 1 else 0.0,
+        "accuracy": sum(bool(s.correct) for s in samples) / len(samples),
+        "response_length_mean": float(lengths.mean()),
+        "response_length_max": float(lengths.max()),
+        "truncated_frac": sum(s.truncated for s in samples) / len(samples),
+        "zero_std_frac": sum(len({s.reward for s in g.samples}) == 1 for g in groups) / len(groups),
+        "response_tokens": float(lengths.sum()),
+    }
+    for name, _, _ in reward_fn.components:
+        metrics[f"reward/{name}"] = sum(s.rewards.get(name, 0.0) for s in samples) / len(samples)
+    metrics.update(reward_fn.last_metrics)
+    metrics.update(non_finite_metrics(groups))  # samples scored 0 and excluded this step
+    for reason, count in sorted(reward_fn.failures.items()):
+        metrics[f"reward_failures/{reason}"] = float(count)
+    return metrics
+
+
+def step_metrics(groups: list[Group], scorer: RewardFunction, learned: dict[str, float],
+                 sampling: dict[str, float], placement: dict[str, float], *, agent: bool, rollout_s: float,
+                 train_s: float, step_s: float) -> dict[str, float]:
+    """One step's metrics on this rank: rollout and reward statistics, the update's, the sampler's (under
+    `sampling/`, or `async/` from the asynchronous pipeline), the placement's, and the timings."""
+    metrics = {**rollout_metrics(groups, scorer), **learned,
+               **{k if k.startswith("async/") else f"sampling/{k}": v for k, v in sampling.items()}}
+    if agent:
+        metrics.update(agent_metrics(groups))
+    metrics.update(placement)
+    metrics.update(rollout_s=rollout_s, train_s=train_s, step_s=step_s,
+                   rollout_tokens_per_s=metrics["response_tokens"] / max(rollout_s, 1e-9),
+                   train_tokens_per_s=learned["train_tokens"] / max(train_s, 1e-9))
+    return metrics
+
+
+def console_summary(metrics: dict[str, float]) -> dict[str, Any]:
+    """The few numbers the console line shows (CONSOLE_KEYS)."""
+    return {"reward": metrics["reward_mean"], "acc": metrics["accuracy"], "len": metrics["response_length_mean"],
+            "entropy": metrics.get("entropy"), "kl": metrics.get("kl"), "clip": metrics.get("clip_frac"),
+            "step_s": metrics["step_s"]}
