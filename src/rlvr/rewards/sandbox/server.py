@@ -51,7 +51,7 @@ def _drop_uid(interpreter: str) -> int | None:
 
 
 class SandboxUnavailable(RuntimeError):
-    pass
+    """No sandbox server could start (or RLVR_SANDBOX=bwrap and the OS layer is unavailable)."""
 
 
 # --------------------------------------------------------------------------------------------------------
