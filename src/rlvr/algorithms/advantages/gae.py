@@ -66,6 +66,9 @@ def gae_returns(advantages: torch.Tensor, values: torch.Tensor, mask: torch.Tens
     r"""Value targets for the critic: R_t = A_t + V_t on masked tokens (0 elsewhere).
 
     Use the un-whitened GAE advantages. With lam = 1 this is the discounted reward-to-go.
+
+    Source: Schulman et al., "High-Dimensional Continuous Control Using Generalized Advantage Estimation",
+    arXiv:1506.02438 (the TD(lambda) value target V_target = A^GAE + V).
     """
     out = torch.where(mask > 0, advantages.to(torch.float64) + values.to(torch.float64), 0.0)
     return out.to(_out_dtype(advantages, values))

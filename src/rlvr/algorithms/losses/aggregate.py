@@ -26,8 +26,10 @@ def aggregate_loss(
 ) -> torch.Tensor:
     r"""Reduce a per-token loss [B, T] to a scalar.
 
-    - `token_mean`: sum over all tokens / number of tokens (DAPO's token-level loss).
-    - `seq_mean_token_mean`: mean over tokens within each sequence, then over sequences (original GRPO).
+    - `token_mean`: sum over all tokens / number of tokens (DAPO's token-level loss, Yu et al., "DAPO: An
+      Open-Source LLM Reinforcement Learning System at Scale", arXiv:2503.14476).
+    - `seq_mean_token_mean`: mean over tokens within each sequence, then over sequences (original GRPO,
+      Shao et al., arXiv:2402.03300).
     - `seq_mean_token_sum`: sum over tokens within each sequence, mean over sequences.
     - `seq_mean_token_sum_norm`: sum over all tokens / (num_seqs * L), with the constant L = `constant_length`
       (e.g. the generation budget), or the mask's width T when None. This is Dr.GRPO's length-unbiased
@@ -59,4 +61,5 @@ def aggregate_loss(
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """sum_t values_t * mask_t / max(sum_t mask_t, 1): the mean over masked entries (0 when none)."""
     return (values * mask).sum() / mask.sum().clamp(min=1.0)

@@ -60,6 +60,9 @@ def dcpo_ratio_bounds(
     They are the roots near r = 1 of DCPO's constraint |(r - 1) * r * q| <= eps (with r = p/q this is
     |(p/q - 1) * p| <= eps), so low <= 1 <= high always. 1/q is computed as exp(min(-log q, 50)), so q -> 0
     gives finite bounds (low -> 0.5, high -> max_ratio).
+
+    Source: Yang et al., "DCPO: Dynamic Clipping Policy Optimization", arXiv:2509.02333 ("Dynamic Adaptive
+    Clipping").
     """
     inv_q = torch.exp((-old_logprobs).clamp(max=50.0))
     low = 0.5 + 0.5 * torch.sqrt((1.0 - 4.0 * clip_low * inv_q).clamp(min=0.0))

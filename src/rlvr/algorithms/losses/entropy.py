@@ -19,6 +19,9 @@ def token_covariance(logprobs: torch.Tensor, advantages: torch.Tensor, mask: tor
         Cov_t = (log pi(a_t) - mean_s log pi(a_s)) * (A_t - mean_s A_s)            s over tokens with mask 1
 
     Outside the mask the value is 0. The means are over the tensors passed in (the micro-batch).
+
+    Source: Cui et al., "The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models",
+    arXiv:2505.22617 (the entropy change under policy gradient follows this covariance).
     """
     valid = mask > 0
     n = valid.sum().clamp(min=1)

@@ -46,6 +46,9 @@ def entropy_bonus(entropy: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
     Minimizing coef * aggregate_loss(entropy_bonus(H, mask), mask, mode) raises the policy's entropy; `coef`
     can come from a `TargetEntropyController` (rlvr.algorithms.controllers). `entropy` must be differentiable.
+
+    Source: the entropy bonus c_2 S[pi](s_t) of Schulman et al., "Proximal Policy Optimization Algorithms",
+    arXiv:1707.06347 (eq. 9).
     """
     return -entropy * mask
 
