@@ -19,15 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rlvr.agent_config import AgentConfig, ComponentSpec
-
-
-class ConfigError(ValueError):
-    """A configuration problem. The message names the key, what was expected and what was got."""
-
-    def __init__(self, problems: list[str] | str, source: str | None = None):
-        self.problems = [problems] if isinstance(problems, str) else list(problems)
-        head = f"Invalid configuration{f' in {source}' if source else ''}:"
-        super().__init__("\n".join([head, *(f"  - {p}" for p in self.problems)]))
+from rlvr.errors import ConfigError  # noqa: F401  (re-exported: `from rlvr.config import ConfigError`)
 
 
 class Strict(BaseModel):
