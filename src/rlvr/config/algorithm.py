@@ -6,8 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from rlvr.agent_config import ComponentSpec
-from rlvr.config.base import Strict
+from rlvr.config.base import ComponentSpec, Strict
 
 
 class CriticConfig(Strict):

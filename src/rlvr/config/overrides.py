@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from rlvr.agent_config import ComponentSpec
+from rlvr.config.base import ComponentSpec
 from rlvr.config.registries import registry_for
 from rlvr.config.rollout import RolloutConfig
 from rlvr.errors import ConfigError

@@ -1,15 +1,16 @@
-"""Everything in the config that looks at the plug-in registries (tasks, rewards, rollout, sampling,
-algorithms). Each registry is imported inside the function that needs it: the schema-only first validation
+"""Everything in the config that looks at the plug-in registries (tasks, rewards, rollout engines, environments
+and tools, sampling, algorithms). Each registry is imported inside the function that needs it: the schema-only first validation
 pass, and `import rlvr.config`, import no registry and hence no torch."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rlvr.agent_config import ComponentSpec
+from rlvr.config.base import ComponentSpec
 from rlvr.config.consistency import combination_problems, reward_list_problems
 
 if TYPE_CHECKING:
+    from rlvr.config.agent import AgentConfig, EnvironmentSpec, ToolSpec
     from rlvr.config.schema import Config
 
 
@@ -103,3 +104,48 @@ def registry_for(path: tuple[str, ...]) -> Any:
     return {("task",): TASKS, ("sampling",): SAMPLERS, ("algorithm", "advantage"): ADVANTAGES,
             ("algorithm", "loss"): LOSSES, ("rewards", "*"): REWARDS, ("rollout",): ENGINES,
             ("agent", "environment"): ENVIRONMENTS, ("agent", "tools", "*"): TOOLS}[path]
+
+
+# -- the agent section ----------------------------------------------------------------------------------
+
+
+def _fill(spec: ComponentSpec, registry: Any, where: str) -> ComponentSpec:
+    for k, v in registry.resolve(spec.name, spec.params, where).items():
+        setattr(spec, k, v)
+    return spec
+
+
+def bind_environment(spec: EnvironmentSpec) -> EnvironmentSpec:
+    """Check `agent.environment` against ENVIRONMENTS and fill in its defaults (raises on a problem)."""
+    from rlvr.rollout.env import ENVIRONMENTS
+
+    return _fill(spec, ENVIRONMENTS, "environment")
+
+
+def bind_tools(specs: list[ToolSpec]) -> list[ToolSpec]:
+    """Check each of `agent.tools` against TOOLS and fill in its defaults (raises on a problem)."""
+    from rlvr.rollout.tools import TOOLS
+
+    return [_fill(s, TOOLS, f"tools[{i}]") for i, s in enumerate(specs)]
+
+
+def check_agent(cfg: AgentConfig) -> None:
+    """The agent section as a whole: the tools environment has tools, the turn budget is registered."""
+    from rlvr.rollout.tools import TOOLS
+
+    if cfg.environment.name == "tools" and not cfg.tools:
+        raise ValueError(f"tools: the 'tools' environment needs at least one tool; available: "
+                         f"{', '.join(TOOLS.names())}")
+    if cfg.turn_budget is not None:
+        turn_budget_registry().resolve(cfg.turn_budget, cfg.turn_budget_params, "turn_budget")
+
+
+def turn_budget_registry() -> Any:
+    """The sampling stage's TURN_BUDGETS registry (`budget(step, total_steps) -> max turns`)."""
+    import rlvr.sampling as sampling
+
+    registry = getattr(sampling, "TURN_BUDGETS", None)
+    if registry is None:
+        raise ValueError("turn_budget: this rlvr has no turn-budget schedules (rlvr.sampling.TURN_BUDGETS); "
+                         "remove agent.turn_budget")
+    return registry

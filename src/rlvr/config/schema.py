@@ -6,9 +6,9 @@ from __future__ import annotations
 import pydantic
 from pydantic import Field, model_validator
 
-from rlvr.agent_config import AgentConfig, ComponentSpec
+from rlvr.config.agent import AgentConfig
 from rlvr.config.algorithm import AlgorithmConfig
-from rlvr.config.base import Strict
+from rlvr.config.base import ComponentSpec, Strict, binding
 from rlvr.config.distributed import DistributedConfig
 from rlvr.config.model import ModelConfig
 from rlvr.config.registries import resolve_components
@@ -45,7 +45,7 @@ class Config(Strict):
 
     @model_validator(mode="after")
     def _bind_components(self, validation: pydantic.ValidationInfo) -> Config:
-        if validation.context and validation.context.get("bind_components") is False:
+        if not binding(validation):
             return self
         problems = resolve_components(self)
         if problems:
