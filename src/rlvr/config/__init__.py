@@ -6,10 +6,11 @@ Pluggable sections (`task`, `algorithm.advantage`, `algorithm.loss`, `rewards[i]
 component's own parameters; they are checked against the registered component's signature when the config
 is validated, so `rlvr config show` prints every default that will be used.
 
-The schema is one module per group of sections (run, model, rollout, algorithm, train, distributed, agent; the
-base models in base.py, the whole run in schema.py, SFT in sft.py); loading.py reads and validates a recipe,
-overrides.py applies dotted overrides; registries.py holds every check that needs a plug-in registry (the only
-module here that imports tasks, rewards, rollout, sampling or algorithms), consistency.py the ones that do not.
+The schema is one module per group of sections (run, model, rollout, algorithm, train, distributed, agent;
+the base models in base.py, the whole run in schema.py, SFT in sft.py); loading.py reads and validates a
+recipe, overrides.py applies dotted overrides; registries.py holds every check that needs a plug-in registry
+(the only module here that imports tasks, rewards, rollout, sampling or algorithms), consistency.py the
+checks that do not.
 """
 
 from rlvr.config.agent import AgentConfig, EnvironmentSpec, ToolSpec
@@ -28,8 +29,8 @@ from rlvr.config.train import OptimConfig, TrainConfig
 from rlvr.errors import ConfigError
 
 __all__ = ["AgentConfig", "AlgorithmConfig", "CheckpointConfig", "ComponentSpec", "Config", "ConfigError",
-           "CriticConfig", "DistributedConfig", "EnvironmentSpec", "EvalConfig", "LoggingConfig", "LoraSpec", "ModelConfig",
-           "OptimConfig", "RewardSpec", "RolloutConfig", "RunConfig", "SFTConfig", "SFTDataConfig",
-           "SFTTrainConfig", "Strict", "ToolSpec", "TrainConfig", "apply_overrides", "drop_stale_parameters", "dump_config",
-           "format_validation_error", "info", "load_config", "parse_override", "read_yaml", "resolve_components",
-           "validate"]
+           "CriticConfig", "DistributedConfig", "EnvironmentSpec", "EvalConfig", "LoggingConfig", "LoraSpec",
+           "ModelConfig", "OptimConfig", "RewardSpec", "RolloutConfig", "RunConfig", "SFTConfig",
+           "SFTDataConfig", "SFTTrainConfig", "Strict", "ToolSpec", "TrainConfig", "apply_overrides",
+           "drop_stale_parameters", "dump_config", "format_validation_error", "info", "load_config",
+           "parse_override", "read_yaml", "resolve_components", "validate"]

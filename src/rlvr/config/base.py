@@ -1,5 +1,5 @@
-"""The base every config section builds on: strict models that reject unknown keys, and `ComponentSpec`, the one
-shape of every section that selects a registered component."""
+"""The base every config section builds on: strict models that reject unknown keys, and `ComponentSpec`,
+the one shape of every section that selects a registered component."""
 
 from __future__ import annotations
 

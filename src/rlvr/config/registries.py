@@ -1,6 +1,7 @@
-"""Everything in the config that looks at the plug-in registries (tasks, rewards, rollout engines, environments
-and tools, sampling, algorithms). Each registry is imported inside the function that needs it: the schema-only first validation
-pass, and `import rlvr.config`, import no registry and hence no torch."""
+"""Everything in the config that looks at the plug-in registries (tasks, rewards, rollout engines,
+environments and tools, sampling, algorithms). Each registry is imported inside the function that needs
+it, so neither `import rlvr.config` nor the schema-only first validation pass imports a registry, and
+hence no torch."""
 
 from __future__ import annotations
 
@@ -12,6 +13,13 @@ from rlvr.config.consistency import combination_problems, reward_list_problems
 if TYPE_CHECKING:
     from rlvr.config.agent import AgentConfig, EnvironmentSpec, ToolSpec
     from rlvr.config.schema import Config
+
+
+def _fill(spec: ComponentSpec, registry: Any, where: str) -> ComponentSpec:
+    """Check `spec` against its registry entry and set every default it leaves out (raises RegistryError)."""
+    for k, v in registry.resolve(spec.name, spec.params, where).items():
+        setattr(spec, k, v)
+    return spec
 
 
 def resolve_components(cfg: Config) -> list[str]:
@@ -27,12 +35,9 @@ def resolve_components(cfg: Config) -> list[str]:
 
     def fill(spec: ComponentSpec, registry: Any, where: str) -> None:
         try:
-            resolved = registry.resolve(spec.name, spec.params, where)
+            _fill(spec, registry, where)
         except RegistryError as err:
             problems.extend(str(err).splitlines())
-            return
-        for k, v in resolved.items():
-            setattr(spec, k, v)
 
     fill(cfg.task, TASKS, "task")
     fill(cfg.sampling, SAMPLERS, "sampling")
@@ -95,6 +100,7 @@ def _algorithm_problems(cfg: Config) -> list[str]:
 
 
 def registry_for(path: tuple[str, ...]) -> Any:
+    """The registry of a section that selects a component, by its path in `overrides._SWITCHABLE`."""
     from rlvr.algorithms import ADVANTAGES, LOSSES
     from rlvr.rewards import REWARDS
     from rlvr.rollout import ENGINES, ENVIRONMENTS, TOOLS
@@ -107,12 +113,6 @@ def registry_for(path: tuple[str, ...]) -> Any:
 
 
 # -- the agent section ----------------------------------------------------------------------------------
-
-
-def _fill(spec: ComponentSpec, registry: Any, where: str) -> ComponentSpec:
-    for k, v in registry.resolve(spec.name, spec.params, where).items():
-        setattr(spec, k, v)
-    return spec
 
 
 def bind_environment(spec: EnvironmentSpec) -> EnvironmentSpec:

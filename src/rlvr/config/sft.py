@@ -1,4 +1,4 @@
-"""The schema of supervised fine-tuning (`SFTConfig`, for `rlvr sft`): prompt/completion data and a short loop."""
+"""The schema of supervised fine-tuning (`SFTConfig`, for `rlvr sft`): prompt/completion data, a loop."""
 
 from __future__ import annotations
 
