@@ -33,11 +33,10 @@ def main() -> None:
 
     import torch
 
-    from rlvr.config import read_yaml
+    from rlvr.config import AgentConfig, read_yaml
     from rlvr.models import load_causal_lm, load_tokenizer
     from rlvr.rewards import CorrectnessReward, RewardFunction
     from rlvr.rollout import (
-        AgentConfig,
         SamplingParams,
         agent_metrics,
         agent_rollout_groups,

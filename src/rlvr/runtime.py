@@ -58,9 +58,9 @@ def package_versions() -> dict[str, Any]:
     versions["cuda"] = torch.version.cuda if torch.cuda.is_available() else None
     versions["torch_threads"] = torch.get_num_threads()
     try:
-        from rlvr.rewards import isolation
+        from rlvr.rewards import sandbox
 
-        versions["sandbox"] = isolation.isolation_info()  # the OS isolation model-written code gets (or not)
+        versions["sandbox"] = sandbox.isolation_info()  # the OS isolation model-written code gets (or not)
     except ValueError as err:  # a bad RLVR_SANDBOX value
         versions["sandbox"] = {"error": str(err)}
     return versions
@@ -79,10 +79,10 @@ def announce_sandbox(cfg: Any) -> None:
     the OS layer is unavailable); stop when RLVR_SANDBOX=bwrap asks for it and it is unavailable."""
     if not uses_code_execution(cfg):
         return
-    from rlvr.rewards import isolation
+    from rlvr.rewards import isolation, sandbox
 
     try:
-        info = isolation.announce()
+        info = isolation.announce(sandbox.INTERPRETER)
     except ValueError as err:
         raise ConfigError(str(err)) from None
     if not info.get("os_layer") and isolation.mode() == "bwrap":

@@ -14,10 +14,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlvr.config import Config, load_config
+from rlvr.config import AgentConfig, Config, load_config
 from rlvr.rollout import (
     ENVIRONMENTS,
-    AgentConfig,
     Environment,
     StepResult,
     agent_metrics,

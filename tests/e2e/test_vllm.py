@@ -200,7 +200,8 @@ def test_a_ray_rollout_worker_with_vllm_trains(tmp_path):
 def test_multi_turn_episodes_are_token_in_token_out(engine, policy, tokenizer):
     """Agent episodes through vLLM: every sampled token's behaviour log-prob is the learner's on exactly the
     trained ids (prompt + earlier turns + observations, never re-tokenized text); observations are masked."""
-    from rlvr.rollout import ENVIRONMENTS, AgentConfig, Environment, StepResult, agent_rollout_groups
+    from rlvr.config import AgentConfig
+    from rlvr.rollout import ENVIRONMENTS, Environment, StepResult, agent_rollout_groups
     from rlvr.tasks import PromptRenderer, build_task
 
     class ThreeTurns(Environment):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from rlvr.rollout import ENVIRONMENTS, AgentConfig, Environment, StepResult, build_env_factory
+from rlvr.config import AgentConfig
+from rlvr.rollout import ENVIRONMENTS, Environment, StepResult, build_env_factory
 from rlvr.rollout.env import GuessNumberEnvironment, ToolEnvironment
 from rlvr.rollout.format import format_tool_call
 from rlvr.rollout.tools import ToolSet

@@ -9,11 +9,12 @@ import pytest
 import torch
 from agent_fakes import ScriptedEngine, calculator_policy, raw_policy
 
+from rlvr.config import AgentConfig
 from rlvr.models.byte_tokenizer import build_byte_tokenizer
 from rlvr.rewards import CorrectnessReward, RewardFunction
 from rlvr.rewards.agent import EnvironmentReward
 from rlvr.rewards.shaping import ToolEfficiencyReward
-from rlvr.rollout import AgentConfig, SamplingParams, agent_metrics, agent_rollout_groups
+from rlvr.rollout import SamplingParams, agent_metrics, agent_rollout_groups
 from rlvr.rollout.env import ToolEnvironment
 from rlvr.rollout.format import format_tool_call
 from rlvr.rollout.tools import Tool, ToolSet

@@ -188,9 +188,9 @@ def test_bad_arguments_name_the_fix() -> None:
 
 
 def test_kernel_isolation_probes_do_not_crash(layer: str) -> None:
-    assert isinstance(sandbox._netns_prefix(), tuple)
-    assert sandbox._drop_uid(sandbox.INTERPRETER) in (None, sandbox.NOBODY)
-    if layer == "os" or sandbox._netns_prefix():  # a fresh network namespace has only a loopback device
+    assert isinstance(sandbox.server._netns_prefix(), tuple)
+    assert sandbox.server._drop_uid(sandbox.INTERPRETER) in (None, sandbox.NOBODY)
+    if layer == "os" or sandbox.server._netns_prefix():  # a fresh network namespace has only a loopback device
         r = run_python("print(open('/proc/self/net/dev').read())", **QUICK)
         names = [line.split(":")[0].strip() for line in r.stdout.splitlines()[2:] if line.strip()]
         assert names == ["lo"]
@@ -198,7 +198,7 @@ def test_kernel_isolation_probes_do_not_crash(layer: str) -> None:
 
 def test_runs_as_nobody_when_root_and_an_interpreter_allows_it(monkeypatch: pytest.MonkeyPatch, layer: str) -> None:
     candidate = "/usr/bin/python3"  # the venv's interpreter may live where `nobody` cannot read (/root)
-    if os.geteuid() != 0 or not os.path.exists(candidate) or sandbox._drop_uid(candidate) is None:
+    if os.geteuid() != 0 or not os.path.exists(candidate) or sandbox.server._drop_uid(candidate) is None:
         pytest.skip("needs root and an interpreter that `nobody` can run")
     monkeypatch.setattr(sandbox, "INTERPRETER", candidate)
     code = "import os, resource\nopen('x', 'w').write('1')\nprint(os.getuid(), resource.getrlimit(resource.RLIMIT_NPROC)[0])"

@@ -13,7 +13,7 @@ from typing import Annotated
 import torch
 from pydantic import Field
 
-from rlvr.algorithms.losses import LOSSES, _clipped_surrogate, _log_ratio
+from rlvr.algorithms.losses.common import LOSSES, _clipped_surrogate, _log_ratio
 
 
 def _rows(off_policy: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

@@ -349,11 +349,10 @@ def sweep_stale_cgroups(layer: OsLayer) -> None:
 # -- what a run reports ------------------------------------------------------------------------------------------
 
 
-def isolation_info(interpreter: str | None = None) -> dict[str, object]:
-    """What isolation sandboxed code gets on this machine (for versions.json and the start-up log)."""
-    from rlvr.rewards import sandbox
-
-    layer = os_layer(interpreter or sandbox.INTERPRETER)
+def isolation_info(interpreter: str) -> dict[str, object]:
+    """What isolation code run by `interpreter` gets on this machine (for versions.json and the start-up log;
+    `rlvr.rewards.sandbox.isolation_info()` asks it for the sandbox's interpreter)."""
+    layer = os_layer(interpreter)
     info = {"mode": f"RLVR_SANDBOX={mode()}", **layer.describe()}
     return info
 
@@ -361,10 +360,10 @@ def isolation_info(interpreter: str | None = None) -> dict[str, object]:
 _announced = False
 
 
-def announce() -> dict[str, object]:
+def announce(interpreter: str) -> dict[str, object]:
     """Log the isolation state once per process (a warning when the OS layer is unavailable) and return it."""
     global _announced
-    info = isolation_info()
+    info = isolation_info(interpreter)
     if not _announced:
         _announced = True
         if info.get("os_layer"):

@@ -2,12 +2,12 @@
 (`agent_rollout_groups`, with environments and tools)."""
 
 from rlvr.rollout import fast, hf, vllm_engine  # noqa: F401  (registration)
-from rlvr.rollout.agent import AgentConfig, agent_metrics, agent_rollout_groups, build_env_factory
+from rlvr.rollout.agent import agent_metrics, agent_rollout_groups, build_env_factory
 from rlvr.rollout.base import ENGINES, RolloutEngine, SamplingParams, build_engine, rollout_groups
 from rlvr.rollout.env import ENVIRONMENTS, Environment, StepResult
 from rlvr.rollout.tools import TOOLS, Tool, ToolError, ToolSet
 
-__all__ = ["ENGINES", "ENVIRONMENTS", "TOOLS", "AgentConfig", "Environment", "RolloutEngine", "SamplingParams",
+__all__ = ["ENGINES", "ENVIRONMENTS", "TOOLS", "Environment", "RolloutEngine", "SamplingParams",
            "StepResult", "Tool", "ToolError", "ToolSet", "agent_metrics", "agent_rollout_groups", "build_engine",
            "build_env_factory",
            "rollout_groups"]

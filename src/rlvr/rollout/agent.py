@@ -26,20 +26,16 @@ import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rlvr.agent_config import (  # noqa: F401  (re-exported)
-    AgentConfig,
-    EnvironmentSpec,
-    ToolSpec,
-    _fill,
-    turn_budget_registry,
-)
 from rlvr.rollout.base import RolloutEngine, SamplingParams
 from rlvr.rollout.env import ENVIRONMENTS, Environment, StepResult
 from rlvr.rollout.format import AgentFormat
 from rlvr.rollout.tools import ToolSet, build_tool
 from rlvr.types import Group, Sample, TaskRecord
+
+if TYPE_CHECKING:
+    from rlvr.config.agent import AgentConfig  # the schema lives above rollout; only its fields are read here
 
 log = logging.getLogger(__name__)
 
@@ -49,14 +45,14 @@ TRUNCATION_REASONS = ("max_turns", "max_total_tokens", "turn_tokens")
 # -- configuration ---------------------------------------------------------------------------------------
 
 
-# The `agent:` config section (AgentConfig, EnvironmentSpec, ToolSpec) lives in rlvr/agent_config.py, so that
-# reading a config imports no torch; it is re-exported here.
+# The `agent:` config section (AgentConfig, EnvironmentSpec, ToolSpec) lives in rlvr/config/agent.py, which
+# checks names against ENVIRONMENTS, TOOLS and TURN_BUDGETS; rollout does not import the config at run time.
 
 
 def build_turn_budget(cfg: AgentConfig) -> Callable[[int, int], int] | None:
     if cfg.turn_budget is None:
         return None
-    registry = turn_budget_registry()
+    from rlvr.sampling import TURN_BUDGETS as registry  # a validated config named a registered schedule
     if inspect.isclass(registry.get(cfg.turn_budget)):
         obj = registry.build(cfg.turn_budget, cfg.turn_budget_params, where="agent.turn_budget")
         return getattr(obj, "budget", obj)

@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from rlvr.errors import ConfigError
 from rlvr.rollout.base import ENGINES, RolloutEngine, SamplingParams
 from rlvr.types import Sample
 
@@ -106,8 +107,6 @@ def _version() -> str:
 
 
 def _config_error(message: str) -> Exception:
-    from rlvr.config import ConfigError  # here, not at the top: config imports the engine registry
-
     return ConfigError(message)
 
 

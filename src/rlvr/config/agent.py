@@ -1,6 +1,5 @@
-"""The `agent:` config section (multi-turn rollouts), kept apart from `rlvr.rollout` so that reading a config
-imports no torch: registered environments and tools are looked up only when components are bound (see
-`rlvr.config.validate`)."""
+"""The `agent:` section (multi-turn rollouts). It imports no plug-in package: the registered environments,
+tools and turn budgets are looked up only when components are bound, by `rlvr.config.registries`."""
 
 from __future__ import annotations
 
@@ -8,27 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-
-def _binding(info: ValidationInfo) -> bool:
-    """False in the config's first, schema-only validation pass."""
-    return not (info.context and info.context.get("bind_components") is False)
-
-
-class ComponentSpec(BaseModel):
-    """`name` of a registered component plus its parameters (all other keys). A bare string is a name.
-    Every config section that selects a registered component uses it (`rlvr.config` imports it from here)."""
-
-    model_config = ConfigDict(extra="allow")
-    name: str
-
-    @model_validator(mode="before")
-    @classmethod
-    def _from_string(cls, v: Any) -> Any:
-        return {"name": v} if isinstance(v, str) else v
-
-    @property
-    def params(self) -> dict[str, Any]:
-        return dict(self.model_extra or {})
+from rlvr.config.base import ComponentSpec, binding
+from rlvr.config.registries import bind_environment, bind_tools, check_agent
 
 
 class ToolSpec(ComponentSpec):
@@ -37,12 +17,6 @@ class ToolSpec(ComponentSpec):
 
 class EnvironmentSpec(ComponentSpec):
     """The environment: `tools`, or `{name: guess_number, high: 50}`."""
-
-
-def _fill(spec: ComponentSpec, registry: Any, where: str) -> ComponentSpec:
-    for k, v in registry.resolve(spec.name, spec.params, where).items():
-        setattr(spec, k, v)
-    return spec
 
 
 class AgentConfig(BaseModel):
@@ -69,11 +43,7 @@ class AgentConfig(BaseModel):
     @field_validator("environment")
     @classmethod
     def _environment(cls, spec: EnvironmentSpec, info: ValidationInfo) -> EnvironmentSpec:
-        if not _binding(info):
-            return spec
-        from rlvr.rollout.env import ENVIRONMENTS
-
-        return _fill(spec, ENVIRONMENTS, "environment")
+        return bind_environment(spec) if binding(info) else spec
 
     @field_validator("tools")
     @classmethod
@@ -81,32 +51,10 @@ class AgentConfig(BaseModel):
         names = [s.name for s in specs]
         if len(set(names)) != len(names):
             raise ValueError(f"each tool may appear once; got {names}")
-        if not _binding(info):
-            return specs
-        from rlvr.rollout.tools import TOOLS
-
-        return [_fill(s, TOOLS, f"tools[{i}]") for i, s in enumerate(specs)]
+        return bind_tools(specs) if binding(info) else specs
 
     @model_validator(mode="after")
     def _checks(self, info: ValidationInfo) -> AgentConfig:
-        if not _binding(info):
-            return self
-        from rlvr.rollout.tools import TOOLS
-
-        if self.environment.name == "tools" and not self.tools:
-            raise ValueError(f"tools: the 'tools' environment needs at least one tool; available: "
-                             f"{', '.join(TOOLS.names())}")
-        if self.turn_budget is not None:
-            turn_budget_registry().resolve(self.turn_budget, self.turn_budget_params, "turn_budget")
+        if binding(info):
+            check_agent(self)
         return self
-
-
-def turn_budget_registry() -> Any:
-    """The sampling stage's TURN_BUDGETS registry (`budget(step, total_steps) -> max turns`)."""
-    import rlvr.sampling as sampling
-
-    registry = getattr(sampling, "TURN_BUDGETS", None)
-    if registry is None:
-        raise ValueError("turn_budget: this rlvr has no turn-budget schedules (rlvr.sampling.TURN_BUDGETS); "
-                         "remove agent.turn_budget")
-    return registry

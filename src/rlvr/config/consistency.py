@@ -1,0 +1,78 @@
+"""Cross-section rules that need no registry: which combinations of sections a run supports."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rlvr.config.schema import Config
+
+
+def reward_list_problems(cfg: Config) -> list[str]:
+    """The reward list: at least one, each once, gates naming another reward."""
+    problems: list[str] = []
+    if not cfg.rewards:
+        problems.append("rewards: at least one reward component is needed")
+    names = [r.name for r in cfg.rewards]
+    for i, r in enumerate(cfg.rewards):
+        if r.gate is not None and (r.gate not in names or r.gate == r.name):
+            problems.append(f"rewards[{i}].gate: must name another reward in this list ({', '.join(names)}); "
+                            f"got {r.gate!r}")
+    if len(set(names)) != len(names):
+        problems.append(f"rewards: each component may appear once; got {names}")
+    return problems
+
+
+def combination_problems(cfg: Config) -> list[str]:
+    """Distributed, batching and LoRA options that do not go together."""
+    problems: list[str] = []
+    d = cfg.distributed
+    if d.backend != "ray":
+        if d.reward_workers:
+            problems.append("distributed.reward_workers: reward workers are Ray actors; set distributed.backend=ray "
+                            "(or reward_workers=0)")
+        if d.reference_worker:
+            problems.append("distributed.reference_worker: the reference worker is a Ray actor; set "
+                            "distributed.backend=ray (or reference_worker=false)")
+        if d.weight_sync != "object_store":
+            problems.append("distributed.weight_sync: only Ray rollout workers receive weights; set "
+                            "distributed.backend=ray (or weight_sync=object_store)")
+        if d.learner_workers:
+            problems.append("distributed.learner_workers: learner workers are Ray actors; set distributed.backend=ray "
+                            "(or learner_workers=0; for a data-parallel learner without Ray, use torchrun)")
+    if d.learner_workers and d.reference_worker:
+        problems.append("distributed.reference_worker: with distributed.learner_workers every learner rank holds "
+                        "its own reference; set reference_worker=false")
+    if d.reward_workers and "correctness" not in [r.name for r in cfg.rewards]:
+        problems.append("distributed.reward_workers: the reward workers run the `correctness` verifier, and "
+                        f"rewards has none ({', '.join(r.name for r in cfg.rewards)}); set reward_workers=0")
+    if d.mode == "async" and d.backend != "ray":
+        problems.append("distributed.mode: async needs separate rollout workers; set distributed.backend=ray")
+    if d.mode == "async" and cfg.sampling.name != "uniform":
+        problems.append(f"distributed.mode: async generates batches ahead, so it works with sampling=uniform only; "
+                        f"got sampling {cfg.sampling.name!r}")
+    if cfg.train.mini_batches > cfg.train.prompts_per_step:
+        problems.append(
+            f"train.mini_batches: mini-batches hold whole groups, so there can be at most "
+            f"train.prompts_per_step={cfg.train.prompts_per_step} of them; got {cfg.train.mini_batches}"
+        )
+    if d.learner == "fsdp2":
+        for bad, why in ((cfg.model.lora is not None, "model.lora (adapters are not sharded)"),
+                         (cfg.algorithm.critic is not None, "algorithm.critic (the critic is not sharded)"),
+                         (bool(cfg.algorithm.reference_reset_every),
+                          "algorithm.reference_reset_every (the reset copies whole policy weights)"),
+                         (d.backend == "ray", "distributed.backend=ray (rollout workers are Ray actors; the "
+                          "sharded learner runs under torchrun)")):
+            if bad:
+                problems.append(f"distributed.learner: fsdp2 does not support {why}; use distributed.learner=ddp")
+    if cfg.model.lora is not None:
+        if d.backend == "ray":
+            problems.append("model.lora: Ray rollout workers receive full weights, not adapters; use "
+                            "distributed.backend=local with LoRA")
+        if cfg.algorithm.reference_reset_every:
+            problems.append("model.lora: the reference reset (ProRL) copies full policy weights; unset "
+                            "algorithm.reference_reset_every or train without LoRA")
+        if cfg.algorithm.critic is not None and cfg.algorithm.critic.kind == "head":
+            problems.append("model.lora: a value head on the adapted policy is not supported; use "
+                            "algorithm.critic.kind=separate")
+    return problems

@@ -1,0 +1,76 @@
+"""Reading a recipe: YAML, overrides, two-pass validation (errors formatted to name the key and the fix),
+and `dump_config` for writing the resolved config back."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pydantic
+import yaml
+from pydantic import BaseModel
+
+from rlvr.config.base import Strict
+from rlvr.config.overrides import apply_overrides
+from rlvr.config.schema import Config
+from rlvr.errors import ConfigError
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"recipe file '{path}' not found (looked for {p.resolve()})")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections at the top, got {type(data).__name__}")
+    return data
+
+
+def validate(schema: type[Strict], data: dict[str, Any], source: str | None = None) -> Any:
+    """Validate in two passes. The first checks the plain schema (unknown keys, types, ranges) without binding
+    components, so it imports no registry and hence no torch: a typo is reported in a fraction of a second.
+    The second binds each component to its registry entry (which imports torch)."""
+    for context in ({"bind_components": False}, None):
+        try:
+            cfg = schema.model_validate(data, context=context)
+        except pydantic.ValidationError as err:
+            raise ConfigError(format_validation_error(err, schema), source) from None
+    return cfg
+
+
+def info(line: str) -> None:
+    """An info line for the person at the console (stderr, so `rlvr config show > x.yaml` stays clean)."""
+    print(f"info: {line}", file=sys.stderr)
+
+
+def load_config(path: str | Path | None, overrides: list[str] | None = None, schema: type[Strict] = Config,
+                notes: list[str] | None = None):
+    """Read a recipe, apply `key.sub=value` overrides and validate. Raises ConfigError.
+
+    Info lines (parameters dropped by a component switch) go to `notes` if given, else to stderr."""
+    data = read_yaml(path) if path is not None else {}
+    found: list[str] = []
+    data = apply_overrides(data, list(overrides or []), schema, found)
+    if notes is not None:
+        notes.extend(found)
+    else:
+        for line in found:
+            info(line)
+    cfg = validate(schema, data, str(path) if path else None)
+    if cfg.run.name is None:
+        cfg.run.name = Path(path).stem if path else schema.__name__.lower().replace("config", "") or "run"
+    return cfg
+
+
+def dump_config(cfg: BaseModel) -> str:
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False, default_flow_style=None)
+
+
+def format_validation_error(err: pydantic.ValidationError, schema: type[BaseModel]) -> list[str]:
+    from rlvr.registry import format_pydantic_errors
+
+    return format_pydantic_errors(err, schema)

@@ -1,0 +1,46 @@
+"""The `model` section: which checkpoint, tokenizer, dtype and device, and optional LoRA adapters."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from rlvr.config.base import Strict
+
+
+class LoraSpec(Strict):
+    """LoRA adapters on the policy (peft): only they train; checkpoints hold the merged model."""
+
+    r: int = Field(16, ge=1, description="Adapter rank.")
+    alpha: float = Field(32.0, gt=0, description="Scaling numerator: updates are scaled by alpha / r.")
+    dropout: float = Field(0.0, ge=0, lt=1, description="Adapter dropout (0 keeps sampler and learner "
+                           "log-probs consistent).")
+    target_modules: list[str] | Literal["all-linear"] = Field(
+        "all-linear", description="Module names to adapt, e.g. [q_proj, v_proj]; all-linear: every linear "
+        "layer but the LM head."
+    )
+
+
+class ModelConfig(Strict):
+    path: str = Field("builtin", description="Local HF checkpoint dir, or 'builtin' for the shipped model.")
+    reference_path: str | None = Field(None, description="Frozen reference for the KL term; default: path.")
+    tokenizer_path: str | None = Field(None, description="Tokenizer dir; default: path.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="auto: float32 on CPU, bfloat16 on GPU."
+    )
+    device: str = Field("auto", description="auto, cpu, cuda, cuda:N or mps.")
+    chat_template: Literal["auto", "on", "off"] = Field(
+        "auto", description="auto: use the tokenizer's chat template when it has one."
+    )
+    trust_remote_code: bool = False
+    gradient_checkpointing: bool = False
+    lora: LoraSpec | None = Field(None, description="Train LoRA adapters instead of all weights.")
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", v):
+            raise ValueError("expected one of auto, cpu, mps, cuda, cuda:N")
+        return v

@@ -1,0 +1,52 @@
+"""The run's bookkeeping sections: `run` (name, directory, seed), `checkpoint`, `eval` and `logging`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import pydantic
+from pydantic import Field, field_validator
+
+from rlvr.config.base import Strict
+
+
+class RunConfig(Strict):
+    name: str | None = Field(None, description="Run name; default: the recipe's file name.")
+    dir: Path | None = Field(None, description="Run directory; default: <output_dir>/<name>-<timestamp>.")
+    output_dir: Path = Path("runs")
+    seed: int = Field(0, ge=0, description="Seeds every random choice: data order, sampling, init.")
+
+
+class CheckpointConfig(Strict):
+    every: int = Field(0, ge=0, description="Save every N steps; 0 saves only at the end.")
+    keep_last: int = Field(2, ge=1, description="Checkpoints kept; the newest valid one is never deleted.")
+
+
+class EvalConfig(Strict):
+    before: bool = Field(False, description="Evaluate the starting model on the held-out split.")
+    after: bool = Field(False, description="Evaluate the final model on the held-out split.")
+    every: int = Field(0, ge=0, description="Also evaluate every N steps; 0 disables.")
+    n: int = Field(8, ge=1, description="Samples per held-out prompt.")
+    ks: list[int] = Field(default_factory=lambda: [1], description="k values for pass@k (each <= n).")
+    size: int | None = Field(None, ge=1, description="Held-out prompts to use; default: all.")
+    temperature: float | None = Field(None, gt=0, description="Default: rollout.temperature.")
+
+    @field_validator("ks")
+    @classmethod
+    def _ks(cls, ks: list[int], info: pydantic.ValidationInfo) -> list[int]:
+        n = info.data.get("n", 1)
+        if not ks or any(k < 1 or k > n for k in ks):
+            raise ValueError(f"each k must lie in 1..eval.n={n}")
+        return ks
+
+
+class LoggingConfig(Strict):
+    console_every: int = Field(1, ge=1, description="Print a metrics line every N steps.")
+    progress: bool = Field(True, description="Show a progress bar (off when not a terminal).")
+    sinks: list[Literal["jsonl", "tensorboard", "wandb", "mlflow"]] = Field(
+        default_factory=lambda: ["jsonl"],
+        description="Metric sinks: jsonl (always on), tensorboard, wandb (offline), mlflow (local file store).",
+    )
+    rollouts_every: int = Field(10, ge=0, description="Store sample prompts/responses every N steps; 0 disables.")
+    rollouts_per_step: int = Field(16, ge=0, description="At most this many samples per stored step.")

@@ -1,0 +1,53 @@
+"""The schema of a training run (`Config`): one field per section; the pluggable ones select registered
+components, which are bound in the second validation pass (`rlvr.config.registries`)."""
+
+from __future__ import annotations
+
+import pydantic
+from pydantic import Field, model_validator
+
+from rlvr.config.agent import AgentConfig
+from rlvr.config.algorithm import AlgorithmConfig
+from rlvr.config.base import ComponentSpec, Strict, binding
+from rlvr.config.distributed import DistributedConfig
+from rlvr.config.model import ModelConfig
+from rlvr.config.registries import resolve_components
+from rlvr.config.rollout import RolloutConfig
+from rlvr.config.run import CheckpointConfig, EvalConfig, LoggingConfig, RunConfig
+from rlvr.config.train import OptimConfig, TrainConfig
+
+
+class RewardSpec(ComponentSpec):
+    weight: float = 1.0
+    gate: str | None = None  # count this term only when reward `gate` >= gate_threshold (G-RA)
+    gate_threshold: float = 1.0
+
+
+class Config(Strict):
+    """A full training run."""
+
+    run: RunConfig = Field(default_factory=RunConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    task: ComponentSpec = Field(default_factory=lambda: ComponentSpec(name="addition"))
+    rewards: list[RewardSpec] = Field(default_factory=lambda: [RewardSpec(name="correctness")])
+    sampling: ComponentSpec = Field(default_factory=lambda: ComponentSpec(name="uniform"),
+                                    description="Which prompts, how many samples, which groups (a batch sampler).")
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    distributed: DistributedConfig = Field(default_factory=DistributedConfig)
+    agent: AgentConfig | None = Field(None, description="Multi-turn rollouts with tools or an environment "
+                                      "(docs/agents.md); absent: single-turn.")
+
+    @model_validator(mode="after")
+    def _bind_components(self, validation: pydantic.ValidationInfo) -> Config:
+        if not binding(validation):
+            return self
+        problems = resolve_components(self)
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self

@@ -1,0 +1,82 @@
+"""Reading a run directory for the report. Every file is optional and every line may be broken: what is
+missing or unreadable becomes a note on the page, never an error."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def _read_jsonl(path: Path, notes: list[str]) -> list[dict[str, Any]]:
+    if not path.exists():
+        notes.append(f"{path.name} not found: no training curves")
+        return []
+    rows, bad = [], 0
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            if isinstance(row, dict) and isinstance(row.get("step"), (int, float)):
+                rows.append(row)
+                continue
+        except json.JSONDecodeError:
+            pass
+        bad += 1
+    if bad:
+        notes.append(f"{path.name}: skipped {bad} unreadable lines")
+    return rows
+
+
+def _eval_order(tag: str) -> tuple[int, str]:
+    return (0, tag) if tag == "before" else (2, tag) if tag == "after" else (1, tag)
+
+
+def _read_evals(run_dir: Path, notes: list[str]) -> dict[str, dict[str, Any]]:
+    evals: dict[str, dict[str, Any]] = {}
+    for path in run_dir.glob("eval_*.json"):
+        try:
+            result = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(result, dict) or "pass@k" not in result:
+                raise ValueError("no pass@k in it")
+        except (ValueError, OSError) as err:
+            notes.append(f"{path.name}: not an evaluation result ({err})")
+            continue
+        evals[path.stem[len("eval_"):]] = result
+    if not evals:
+        notes.append("no eval_*.json: no held-out evaluation (set eval.before / eval.after / eval.every)")
+    return dict(sorted(evals.items(), key=lambda kv: _eval_order(kv[0])))
+
+
+def _read_text(path: Path, notes: list[str], quiet: bool = False) -> str | None:
+    if not path.exists():
+        if not quiet:
+            notes.append(f"{path.name} not found")
+        return None
+    return path.read_text(encoding="utf-8", errors="replace")
+
+
+def _run_name(config_text: str | None) -> str | None:
+    if not config_text:
+        return None
+    try:
+        import yaml
+
+        name = (yaml.safe_load(config_text) or {}).get("run", {}).get("name")
+        return str(name) if name else None
+    except Exception:
+        return None
+
+
+def _thin_rollouts(rollouts: list[dict[str, Any]], limit: int) -> tuple[list[dict[str, Any]], int]:
+    """At most `limit` samples, keeping whole steps evenly spaced over the run (first and last included)."""
+    if len(rollouts) <= limit:
+        return rollouts, 0
+    steps = sorted({r.get("step") for r in rollouts}, key=lambda s: (s is None, s))
+    per_step = max(1, len(rollouts) // max(len(steps), 1))
+    keep_n = max(1, min(len(steps), limit // per_step))
+    idx = {round(i * (len(steps) - 1) / max(keep_n - 1, 1)) for i in range(keep_n)}
+    keep = {steps[i] for i in idx}
+    kept = [r for r in rollouts if r.get("step") in keep][:limit]
+    return kept, len(steps) - len(keep)
