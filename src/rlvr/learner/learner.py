@@ -44,7 +44,7 @@ from rlvr.config import Config
 from rlvr.learner.critic import Critic, value_loss
 from rlvr.learner.logprob_model import as_logprob_model
 from rlvr.learner.optim import build_optimizer, build_scheduler
-from rlvr.learner.packing import group_token_micro_batches, row_lengths
+from rlvr.learner.packing import group_mini_batches, row_lengths
 from rlvr.models.logprobs import forward_tokens
 from rlvr.parallel import data_parallel as dp
 from rlvr.parallel import fsdp
@@ -116,36 +116,11 @@ class Learner:
         return list(torch.split(rows, self.cfg.train.micro_batch_size))
 
     def _split(self, batch: Batch) -> list[tuple[torch.Tensor, list[torch.Tensor]]]:
-        """Shuffled mini-batches of whole groups, each cut into micro-batches of whole groups holding at most
-        `micro_batch_size` rows (a bigger group is one micro-batch), or, with `train.micro_batch_tokens`, at
-        most that many padded tokens (groups sorted by length first, so little compute goes to padding). Groups never straddle a boundary, so
-        losses with group statistics (PACS) see complete groups."""
-        group_ids = batch.group_ids.cpu()
-        num_groups = int(group_ids.max()) + 1
-        rows_of = [torch.nonzero(group_ids == g).squeeze(1) for g in range(num_groups)]
-        order = torch.randperm(num_groups, generator=self.generator)
-        out = []
-        for groups in torch.tensor_split(order, self.cfg.train.mini_batches):
-            if groups.numel() == 0:
-                if dp.world_size() > 1:  # every rank must take the same number of optimizer steps
-                    out.append((torch.zeros(0, dtype=torch.long), []))
-                continue
-            if self.cfg.train.micro_batch_tokens is not None:  # by padded tokens, similar lengths together
-                sel = torch.cat([rows_of[g] for g in groups.tolist()])
-                micro = group_token_micro_batches(sel, group_ids, row_lengths(batch.attention_mask.cpu()),
-                                                  self.cfg.train.micro_batch_tokens, self.cfg.train.micro_batch_size)
-                out.append((torch.cat(micro), micro))
-                continue
-            micro: list[torch.Tensor] = []
-            current: list[torch.Tensor] = []
-            for g in groups.tolist():
-                if current and sum(len(r) for r in current) + len(rows_of[g]) > self.cfg.train.micro_batch_size:
-                    micro.append(torch.cat(current))
-                    current = []
-                current.append(rows_of[g])
-            micro.append(torch.cat(current))
-            out.append((torch.cat(micro), micro))
-        return out
+        """This update's shuffled mini-batches of whole groups and their micro-batches (see `group_mini_batches`)."""
+        order = torch.randperm(int(batch.group_ids.max()) + 1, generator=self.generator)
+        return group_mini_batches(batch.group_ids.cpu(), row_lengths(batch.attention_mask.cpu()), order,
+                                  self.cfg.train.mini_batches, self.cfg.train.micro_batch_size,
+                                  self.cfg.train.micro_batch_tokens, keep_empty=dp.world_size() > 1)
 
     @torch.no_grad()
     def _forward_all(self, batch: Batch, with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -86,3 +86,36 @@ def padding_report(micro_batches: Sequence[torch.Tensor], lengths: torch.Tensor)
     padded = sum(padded_cost(mb, lengths) for mb in micro_batches)
     return {"micro_batches": float(len(micro_batches)), "real_tokens": float(real),
             "padded_tokens": float(padded), "padding_frac": 1.0 - real / max(padded, 1)}
+
+
+def group_mini_batches(group_ids: torch.Tensor, lengths: torch.Tensor, order: torch.Tensor, mini_batches: int,
+                       micro_batch_size: int, micro_batch_tokens: int | None, keep_empty: bool = False,
+                       ) -> list[tuple[torch.Tensor, list[torch.Tensor]]]:
+    """Mini-batches of whole groups, taken from `order` (a permutation of the group ids) in `mini_batches`
+    slices, each cut into micro-batches of whole groups holding at most `micro_batch_size` rows (a bigger group
+    is one micro-batch), or, with `micro_batch_tokens`, at most that many padded tokens (groups sorted by length
+    first, so little compute goes to padding). Groups never straddle a boundary, so losses with group
+    statistics (PACS) see complete groups. An empty slice is kept (as no rows) when `keep_empty`: data-parallel
+    ranks must all take the same number of optimizer steps. Returns (rows of the mini-batch, its micro-batches)."""
+    rows_of = [torch.nonzero(group_ids == g).squeeze(1) for g in range(len(order))]
+    out: list[tuple[torch.Tensor, list[torch.Tensor]]] = []
+    for groups in torch.tensor_split(order, mini_batches):
+        if groups.numel() == 0:
+            if keep_empty:
+                out.append((torch.zeros(0, dtype=torch.long), []))
+            continue
+        if micro_batch_tokens is not None:  # by padded tokens, similar lengths together
+            sel = torch.cat([rows_of[g] for g in groups.tolist()])
+            micro = group_token_micro_batches(sel, group_ids, lengths, micro_batch_tokens, micro_batch_size)
+            out.append((torch.cat(micro), micro))
+            continue
+        micro = []
+        current: list[torch.Tensor] = []
+        for g in groups.tolist():
+            if current and sum(len(r) for r in current) + len(rows_of[g]) > micro_batch_size:
+                micro.append(torch.cat(current))
+                current = []
+            current.append(rows_of[g])
+        micro.append(torch.cat(current))
+        out.append((torch.cat(micro), micro))
+    return out
