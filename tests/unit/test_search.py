@@ -23,10 +23,13 @@ from rlvr.search import (
     pgts_step,
     policy_guided,
     puct_score,
+    run_search,
     select_child,
+    tree_group,
     tree_samples,
     uct_score,
 )
+from rlvr.types import Batch, TaskRecord
 
 TARGET = [2, 0, 1, 1, 2, 0, 2, 1]  # 3^8 = 6561 possible responses
 
@@ -199,3 +202,30 @@ def test_strategies_are_registered_with_checked_knobs():
         SEARCH_STRATEGIES.bind("mcts", {"rule": "ucb"})
     with pytest.raises(RegistryError, match="beam_width"):
         SEARCH_STRATEGIES.bind("beam_prm", {"beam_width": 0})
+
+
+def test_tree_group_feeds_the_batch_builder_with_per_token_advantages():
+    tree = SearchTree(Budget(max_tokens=20), prompt_ids=[7, 7])
+    a, b = tree.add_children(tree.root, [((1, 2), [-0.1, -0.2]), ((3,), [-0.5])])
+    (a1,) = tree.add_children(a, [((4,), [-0.3])])
+    for leaf in (a1, b):
+        tree.add_children(leaf, [])
+    backup(a1, 1.0)
+    backup(b, 0.0)  # V: root .5, a 1, a1 1, b 0 -> parent advantages a +.5, a1 0, b -.5
+    assert a.logprob == pytest.approx(-0.3) and a.token_logprobs == (-0.1, -0.2)
+    group = tree_group(tree, TaskRecord(id="p0", question="q"))
+    s1, s2 = group.samples
+    assert (s1.response_ids, s1.advantage, s1.reward, s1.meta["prefix_len"]) == ([1, 2, 4], [0.5, 0.5, 0.0], 1.0, 0)
+    assert s1.logprobs == pytest.approx([-0.1, -0.2, -0.3]) and s2.advantage == [-0.5]
+    batch = Batch.from_groups([group], pad_id=0)
+    assert batch.advantages.tolist() == [[0.0, 0.0, 0.5, 0.5, 0.0], [0.0, 0.0, -0.5, 0.0, 0.0]]
+    with pytest.raises(ValueError, match="2 token log-probs for a segment of 1"):
+        tree.add_children(b, [((5,), [-0.1, -0.1])])
+
+
+def test_run_search_binds_knobs_and_prompt():
+    tree = run_search("beam_prm", expand_toy, value_toy, Budget(max_nodes=9), params={"beam_width": 3},
+                      prompt_ids=[5])
+    assert tree.root.token_ids == (5,) and tree.nodes == 9
+    with pytest.raises(RegistryError, match="search.beam_widht"):
+        run_search("beam_prm", expand_toy, value_toy, Budget(max_nodes=9), params={"beam_widht": 3})

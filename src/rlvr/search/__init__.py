@@ -3,7 +3,7 @@ in `SEARCH_STRATEGIES` (`strategies`: mcts, beam_prm, policy_guided) and the tre
 tree-structured advantages (`output`). Pure Python; an engine plugs in through the `expand` and `value`
 callbacks (not wired yet: see docs/search.md)."""
 
-from rlvr.search.output import TreeSample, node_advantage, tree_samples
+from rlvr.search.output import TreeSample, node_advantage, tree_group, tree_samples
 from rlvr.search.strategies import (
     SEARCH_STRATEGIES,
     PGTSAction,
@@ -12,6 +12,7 @@ from rlvr.search.strategies import (
     mcts,
     pgts_step,
     policy_guided,
+    run_search,
 )
 from rlvr.search.tree import Budget, Node, SearchTree, backup, puct_score, select_child, uct_score
 
@@ -30,7 +31,9 @@ __all__ = [
     "pgts_step",
     "policy_guided",
     "puct_score",
+    "run_search",
     "select_child",
+    "tree_group",
     "tree_samples",
     "uct_score",
 ]

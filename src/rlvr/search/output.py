@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from rlvr.search.tree import Node, SearchTree
+from rlvr.types import Group, Sample, TaskRecord
 
 TreeAdvantage = Literal["parent", "treerl", "siblings"]
 
@@ -87,3 +88,27 @@ def tree_samples(tree: SearchTree, advantage: TreeAdvantage = "parent",
             leaf=leaf,
         ))
     return samples
+
+
+def tree_group(tree: SearchTree, record: TaskRecord, samples: list[TreeSample] | None = None,
+               advantage: TreeAdvantage = "parent") -> Group:
+    """The tree as an rlvr `Group`: one `Sample` per leaf, with its per-token tree advantages set.
+
+    `reward` is the leaf's value; `logprobs` are filled when every node on the path has per-token
+    log-probs; `meta` carries `prefix_len`, `segment_lengths` and `node_values`. A leaf cut by the budget
+    (not terminal) gets finish_reason "length".
+    """
+    samples = tree_samples(tree, advantage) if samples is None else samples
+    prompt = list(tree.root.token_ids)
+    out = []
+    for s in samples:
+        path = s.leaf.path()[1:]
+        lps = None
+        if all(n.token_logprobs is not None for n in path):
+            lps = [lp for n in path for lp in n.token_logprobs]  # type: ignore[union-attr]
+        out.append(Sample(prompt_ids=prompt, response_ids=list(s.token_ids), logprobs=lps,
+                          finish_reason="stop" if s.terminal else "length", reward=s.leaf.value,
+                          advantage=list(s.token_advantages),
+                          meta={"prefix_len": s.prefix_len, "segment_lengths": s.segment_lengths,
+                                "node_values": s.node_values}))
+    return Group(record=record, prompt_ids=prompt, samples=out)

@@ -11,7 +11,7 @@ registry, like every other component). Every strategy stops when its budget is s
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Annotated
@@ -19,7 +19,16 @@ from typing import Annotated
 from pydantic import Field
 
 from rlvr.registry import Registry
-from rlvr.search.tree import ExpandFn, Node, SearchTree, SelectionRule, ValueFn, backup, select_child
+from rlvr.search.tree import (
+    Budget,
+    ExpandFn,
+    Node,
+    SearchTree,
+    SelectionRule,
+    ValueFn,
+    backup,
+    select_child,
+)
 
 SEARCH_STRATEGIES: Registry = Registry("search strategy")
 
@@ -228,3 +237,11 @@ def policy_guided(
         pgts_step(state, policy(state), expand)
         _score(state.current, value)
     return tree
+
+
+def run_search(name: str, expand: ExpandFn, value: ValueFn, budget: Budget, *, params: dict | None = None,
+               prompt_ids: Sequence[int] = (), **runtime: object) -> SearchTree:
+    """Build a tree for `prompt_ids` and grow it with the strategy `name` (knobs `params`, validated by the
+    registry; `runtime`: extra callbacks such as beam_prm's `compare` or policy_guided's `policy`)."""
+    strategy = SEARCH_STRATEGIES.bind(name, params or {}, where="search")
+    return strategy(SearchTree(budget, prompt_ids), expand, value, **runtime)

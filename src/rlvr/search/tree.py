@@ -23,7 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-Expansion = tuple[Sequence[int], float]  # (segment token ids, log-prob of the segment under the policy)
+# (segment token ids, log-prob of the segment under the policy: one float, or one per token)
+Expansion = tuple[Sequence[int], "float | Sequence[float]"]
 ExpandFn = Callable[["Node"], Sequence[Expansion]]
 ValueFn = Callable[["Node"], float]
 SelectionRule = Literal["uct", "puct"]
@@ -35,6 +36,7 @@ class Node:
 
     token_ids: tuple[int, ...] = ()
     logprob: float = 0.0
+    token_logprobs: tuple[float, ...] | None = None  # per token, when the expansion gave them
     parent: Node | None = None
     prior: float = 1.0
     children: list[Node] = field(default_factory=list)
@@ -103,23 +105,28 @@ class SearchTree:
         """Attach `expansions` under `node` as far as the budget allows; none at all marks it terminal.
 
         Priors are the segments' probabilities normalized over all proposed siblings (softmax of logprobs).
+        A per-token log-prob list is kept on the node (`token_logprobs`) and summed for the segment's.
         """
         node.expanded = True
         if not expansions:
             node.terminal = True
             return []
-        top = max(lp for _, lp in expansions)
-        weights = [math.exp(lp - top) for _, lp in expansions]
+        per_token = [None if isinstance(lp, (int, float)) else tuple(float(x) for x in lp) for _, lp in expansions]
+        seg_lps = [float(lp) if tl is None else sum(tl) for (_, lp), tl in zip(expansions, per_token)]
+        top = max(seg_lps)
+        weights = [math.exp(lp - top) for lp in seg_lps]
         total = sum(weights)
         added = []
-        for (segment, lp), w in zip(expansions, weights):
+        for (segment, _), lp, tl, w in zip(expansions, seg_lps, per_token, weights):
             seg = tuple(int(t) for t in segment)
             if not seg:
                 raise ValueError("expand(node) returned an empty segment; every child must add >= 1 token "
                                  "(return [] to mark the node terminal)")
+            if tl is not None and len(tl) != len(seg):
+                raise ValueError(f"expand(node) gave {len(tl)} token log-probs for a segment of {len(seg)} tokens")
             if not self.fits(seg):
                 break  # keep expansion order: the budget cuts the tail, never reorders
-            child = Node(token_ids=seg, logprob=float(lp), parent=node, prior=w / total)
+            child = Node(token_ids=seg, logprob=lp, token_logprobs=tl, parent=node, prior=w / total)
             node.children.append(child)
             self.nodes += 1
             self.tokens += len(seg)
