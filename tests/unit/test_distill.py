@@ -160,6 +160,12 @@ def test_on_policy_distill_advantage_hand_computed():
     close(on_policy_distill_advantages(t, s, mask, gamma=0.5), [[-L2 / 2, L2]])
     close(on_policy_distill_advantages(t, s, T([[1.0, 0.0]], dtype=torch.float64)), [[-L2, 0.0]])
     close(on_policy_distill_advantages(s.clone(), s, mask), [[0.0, 0.0]])     # teacher == student
+    # a gap in the mask (a tool observation) is skipped by the discounted sum: A_0 = -(l2 + 0.5 * (-l2))
+    s3 = T([[s[0, 0].item(), 0.0, s[0, 1].item()]], dtype=torch.float64)
+    t3 = T([[t[0, 0].item(), -5.0, t[0, 1].item()]], dtype=torch.float64)
+    gap = T([[1.0, 0.0, 1.0]], dtype=torch.float64)
+    close(on_policy_distill_advantages(t3, s3, gap, gamma=0.5), [[-L2 / 2, 0.0, L2]])
+    close(on_policy_distill_advantages(t3, s3, gap), [[-L2, 0.0, L2]])
 
 
 def test_on_policy_distill_registered():
@@ -212,6 +218,14 @@ def test_generalized_jsd_zero_for_equal_models_and_temperature():
         close(generalized_jsd(t, t.clone(), mask, beta=beta), [[0.0, 0.0]])
     # a huge temperature flattens both distributions to uniform
     close(generalized_jsd(s, t, mask, beta=0.5, temperature=1e6), [[0.0, 0.0]])
+    # a vocabulary entry both models rule out (logit -inf) contributes 0, not NaN
+    blocked = torch.cat([t, torch.full((1, 2, 1), -math.inf, dtype=torch.float64)], -1)
+    for beta in (0.0, 0.5, 1.0):
+        out = generalized_jsd(blocked, blocked.clone(), mask, beta=beta)
+        assert not out.isnan().any()
+        close(out, [[0.0, 0.0]])
+    with pytest.raises(ValueError, match="temperature"):
+        generalized_jsd(s, t, mask, temperature=0.0)
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         generalized_jsd(s, t, mask, beta=1.5)
     with pytest.raises(ValueError, match="tokenizer"):

@@ -171,7 +171,10 @@ def on_policy_distill_advantages(
     per-token terms (the return of the reverse-KL reward), an option of this implementation.
     """
     per_token = (old_logprobs - teacher_logprobs).to(torch.float64)        # log pi_s - log pi_t
-    adv = -coef * _reverse_discounted_sum(per_token, mask, gamma)
+    if gamma == 0.0:  # the default: no sum over future tokens, so no loop (and any device)
+        adv = -coef * torch.where(mask > 0, per_token, 0.0)
+    else:
+        adv = -coef * _reverse_discounted_sum(per_token.cpu(), mask.cpu(), gamma).to(per_token.device)
     dtype = old_logprobs.dtype if old_logprobs.is_floating_point() else torch.float32
     return adv.to(dtype)
 
@@ -202,6 +205,8 @@ def generalized_jsd(
     """
     if not 0.0 <= beta <= 1.0:
         raise ValueError(f"generalized_jsd: beta must be in [0, 1] (0 forward KL, 1 reverse KL); got {beta}")
+    if not temperature > 0.0:
+        raise ValueError(f"generalized_jsd: temperature must be > 0; got {temperature}")
     if student_logits.shape != teacher_logits.shape:
         raise ValueError(f"generalized_jsd: student logits {tuple(student_logits.shape)} and teacher logits "
                          f"{tuple(teacher_logits.shape)} differ; do the two models share a tokenizer?")
@@ -209,7 +214,8 @@ def generalized_jsd(
     log_t = F.log_softmax(teacher_logits / temperature, dim=-1)
 
     def kl(log_p: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:  # KL(P || Q) per position
-        return (log_p.exp() * (log_p - log_q)).sum(-1)
+        p = log_p.exp()
+        return torch.where(p > 0, p * (log_p - log_q), 0.0).sum(-1)  # 0 log 0 = 0 (a logit of -inf)
 
     if beta == 0.0:
         per_token = kl(log_t, log_s)
