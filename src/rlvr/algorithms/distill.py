@@ -63,8 +63,9 @@ def kd_coefficient(step: int, *, schedule: KDSchedule = "constant", start: float
         linear:    beta = start + (end - start) * min(step / total_steps, 1)
         cosine:    beta = end + (start - end) * (1 + cos(pi * min(step / total_steps, 1))) / 2
 
-    After `total_steps` the coefficient stays at `end`. KDRL anneals beta linearly from 5e-3 to 1e-3 (its
-    defaults here), so imitation dominates early and the reward later (Xu et al., arXiv:2506.02208).
+    After `total_steps` the coefficient stays at `end`. KDRL anneals beta from 5e-3 to 1e-3 (the defaults
+    here; the values from summaries of Xu et al., arXiv:2506.02208, the exact shape unchecked), so imitation
+    dominates early and the reward later.
     """
     if total_steps < 1:
         raise ValueError(f"kd_coefficient: total_steps must be >= 1; got {total_steps}")
@@ -132,7 +133,8 @@ def kdrl_loss(
     k2 (the paper's choice) gives the unbiased reverse-KL gradient (log pi_s - log pi_t) grad log pi_s.
 
     Source: Xu et al., "KDRL: Post-Training Reasoning LLMs via Unified Knowledge Distillation and Reinforcement
-    Learning", arXiv:2506.02208 (k2 estimator, beta annealed 5e-3 -> 1e-3, reward-guided masking).
+    Learning", arXiv:2506.02208 (objective J_GRPO - beta D_k2(pi_s || pi_t); beta annealed 5e-3 -> 1e-3 and
+    reward-guided masking, which I could read only in summaries of the paper, not in its text or code).
     This implementation: beta is the constant `kd_coef`; to anneal it, the trainer rebinds
     `kd_coef=kd_coefficient(step, ...)` each step (see docs/distillation.md).
 
