@@ -31,6 +31,15 @@ T = torch.tensor
 L2 = math.log(2.0)
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tensors of a dozen numbers: a second intra-op thread only adds wake-ups on a busy machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def close(actual, expected, atol=1e-6):
     torch.testing.assert_close(actual.to(torch.float64), T(expected, dtype=torch.float64), atol=atol, rtol=0)
 
