@@ -4,7 +4,7 @@ Importing this package registers every estimator (`ADVANTAGES`) and loss (`LOSSE
 the trainer feeds them.
 """
 
-from rlvr.algorithms import guidance  # noqa: F401  (registers the off-policy guidance losses)
+from rlvr.algorithms import distill, guidance  # noqa: F401  (register the teacher and off-policy guidance losses)
 from rlvr.algorithms.advantages import ADVANTAGES, gae_returns, group_normalized_advantages, group_stats
 from rlvr.algorithms.controllers import AdaptiveKLController, FixedKLController, TargetEntropyController
 from rlvr.algorithms.kl import KL_ESTIMATORS, kl_penalty

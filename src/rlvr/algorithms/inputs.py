@@ -31,6 +31,7 @@ ADVANTAGE_INPUTS: dict[str, str] = {
     "token_rewards": "[N, T] float, the reward on the last response token (minus a per-token KL in reward)",
     "input_ids": "[N, T] long, the token ids",
     "off_policy": "[N] bool, samples that came from outside the policy",
+    "teacher_logprobs": "[N, T] float, log-probs of a frozen teacher on the sampled tokens (teacher role)",
 }
 
 LOSS_INPUTS: dict[str, str] = {
@@ -46,6 +47,7 @@ LOSS_INPUTS: dict[str, str] = {
     "group_ids": "[N] long",
     "response_lengths": "[N] long",
     "off_policy": "[N] bool, samples that came from outside the policy (off-policy guidance, e.g. LUFFY)",
+    "teacher_logprobs": "[N, T] float, log-probs of a frozen teacher on the sampled tokens (teacher role)",
 }
 
 

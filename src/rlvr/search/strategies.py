@@ -1,0 +1,247 @@
+r"""Search strategies, registered by name in `SEARCH_STRATEGIES`.
+
+A strategy grows a `SearchTree` in place through two callbacks, and never calls an engine itself:
+
+    expand(node) -> [(segment token ids, log-prob), ...]    proposals for the next segment; [] = terminal
+    value(node)  -> float                                   a leaf evaluation or a process reward
+
+Positional parameters are these runtime arguments; keyword-only ones are config knobs (validated by the
+registry, like every other component). Every strategy stops when its budget is spent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Annotated
+
+from pydantic import Field
+
+from rlvr.registry import Registry
+from rlvr.search.tree import (
+    Budget,
+    ExpandFn,
+    Node,
+    SearchTree,
+    SelectionRule,
+    ValueFn,
+    backup,
+    select_child,
+)
+
+SEARCH_STRATEGIES: Registry = Registry("search strategy")
+
+CompareFn = Callable[[Node, Node], float]  # P(first is better than second), in [0, 1]
+
+
+@SEARCH_STRATEGIES.register("mcts")
+def mcts(
+    tree: SearchTree,
+    expand: ExpandFn,
+    value: ValueFn,
+    *,
+    rule: SelectionRule = "uct",
+    c: Annotated[float, Field(ge=0.0)] = 1.0,
+    max_iterations: Annotated[int, Field(ge=1)] = 100_000,
+    max_idle: Annotated[int, Field(ge=1)] = 200,
+    stop_value: float | None = None,
+) -> SearchTree:
+    r"""Monte-Carlo tree search: select, expand, evaluate, back up, until the budget is spent.
+
+        select:   from the root, follow argmax_c score(c) (UCT or PUCT, rlvr.search.tree) to a leaf
+        expand:   a leaf never expanded gets children = expand(leaf) (as many as the budget allows),
+                  and the search steps into the best-scoring new child
+        evaluate: v = value(node)
+        backup:   N += 1, W += v on the node and all its ancestors
+
+    A leaf whose expansion is [] is terminal; selecting it again re-evaluates it (its Q is then a mean over
+    evaluations, which matters for a noisy value). The search stops when a leaf to expand no longer fits the
+    budget, when every leaf is terminal, after `max_iterations` evaluations, after `max_idle` evaluations in a
+    row that created no node (selection keeps returning to finished leaves), or as soon as a terminal leaf
+    scores `stop_value` or more (e.g. 1.0: a verified correct answer).
+
+    Source: R-MCTS of Yu et al., "Exact: Teaching AI Agents to Explore with Reflective-MCTS and Exploratory
+    Learning", arXiv:2410.02052, without its multi-agent debate (value) and reflection (memory): that is the
+    plain MCTS loop of Kocsis and Szepesvari (UCT) and AlphaZero (PUCT, arXiv:1712.01815).
+    """
+    idle = 0
+    for _ in range(max_iterations):
+        node = tree.root
+        while node.children:
+            node = select_child(node, rule, c)
+        idle += 1
+        if not node.expanded:
+            if tree.exhausted():
+                break
+            proposals = expand(node)
+            kids = tree.add_children(node, proposals)
+            if proposals and not kids:
+                break  # the budget cannot hold even one proposed child
+            if kids:
+                node, idle = select_child(node, rule, c), 0
+        elif node.terminal and _fully_explored(tree.root):
+            break
+        v = value(node)
+        backup(node, v)
+        if idle >= max_idle or (stop_value is not None and node.terminal and v >= stop_value):
+            break
+    return tree
+
+
+def _fully_explored(root: Node) -> bool:
+    """True when every leaf below `root` is terminal (no expansion is left to try)."""
+    stack = [root]
+    while stack:
+        n = stack.pop()
+        if not n.children and not n.terminal:
+            return False
+        stack.extend(n.children)
+    return True
+
+
+def _score(node: Node, value: ValueFn) -> None:
+    """Evaluate a node once, as its own value (N = 1, Q = value(node)); ancestors are not touched."""
+    if node.visits == 0:
+        node.visits, node.value_sum = 1, float(value(node))
+
+
+def _copeland_order(candidates: list[Node], compare: CompareFn) -> list[Node]:
+    """Candidates by pairwise wins (compare(a, b) > 0.5 counts a win), then by their score, then by order."""
+    wins = [sum(1 for j, b in enumerate(candidates) if j != i and compare(a, b) > 0.5)
+            for i, a in enumerate(candidates)]
+    order = sorted(range(len(candidates)), key=lambda i: (-wins[i], -candidates[i].value, i))
+    return [candidates[i] for i in order]
+
+
+@SEARCH_STRATEGIES.register("beam_prm")
+def beam_prm(
+    tree: SearchTree,
+    expand: ExpandFn,
+    value: ValueFn,
+    compare: CompareFn | None = None,
+    *,
+    beam_width: Annotated[int, Field(ge=1)] = 2,
+    rerank_top: Annotated[int, Field(ge=1)] | None = None,
+) -> SearchTree:
+    r"""Beam search scored by a process reward, with optional pairwise re-ranking of the best candidates.
+
+        depth d:  C_d = children of every unfinished beam (expand, within the budget)
+                  s(n) = value(n)                       process reward of each node (its Q, N = 1; the root too)
+                  rank C_d by s; if `compare` is given, re-rank the top K (K = rerank_top, default 2 * width)
+                  by Copeland score: #{m : compare(n, m) > 0.5}, ties by s
+                  beams_{d+1} = first `beam_width` of the ranking
+
+    A beam whose expansion is [] is finished (terminal) and leaves the beam. The search stops when no beam
+    is left or the budget is spent.
+
+    Source: Wang et al., "BPP-Search: Enhancing Tree of Thought Reasoning for Mathematical Modeling Problem
+    Solving", arXiv:2411.17404 (beam search + process reward model + pairwise preference model). This
+    implementation: the PRM and the preference model are the `value` and `compare` callbacks; the
+    paper's random-greedy selection among near-ties is not implemented.
+    """
+    _score(tree.root, value)
+    beams = [tree.root]
+    while beams:
+        candidates: list[Node] = []
+        for beam in beams:
+            if tree.exhausted():
+                break
+            candidates += tree.add_children(beam, expand(beam))
+        if not candidates:
+            break
+        for node in candidates:
+            _score(node, value)
+        ranked = sorted(candidates, key=lambda n: -n.value)  # stable: expansion order breaks ties
+        if compare is not None:
+            k = rerank_top or 2 * beam_width
+            ranked = _copeland_order(ranked[:k], compare) + ranked[k:]
+        beams = ranked[:beam_width]
+    return tree
+
+
+class PGTSAction(str, Enum):
+    """The four actions of a policy-guided tree search step (PGTS)."""
+
+    EXPAND = "expand"        # add a child to the current node and move to it (go deeper)
+    BRANCH = "branch"        # add a sibling of the current node (an alternative step) and move to it
+    BACKTRACK = "backtrack"  # move to the current node's parent
+    TERMINATE = "terminate"  # stop the search
+
+
+@dataclass
+class PGTSState:
+    """Where a policy-guided search is: the tree, the current node, and the actions taken so far."""
+
+    tree: SearchTree
+    current: Node
+    actions: list[PGTSAction] = field(default_factory=list)
+    done: bool = False
+
+
+def _next_proposal(node: Node, expand: ExpandFn, tree: SearchTree) -> Node | None:
+    """One new child of `node`: the first proposal of expand(node) that is not a child already."""
+    have = {c.token_ids for c in node.children}
+    for seg, lp in expand(node):
+        if tuple(int(t) for t in seg) not in have:
+            kids = tree.add_children(node, [(seg, lp)])
+            node.expanded = True
+            return kids[0] if kids else None
+    if not node.children:
+        node.expanded = node.terminal = True
+    return None
+
+
+def pgts_step(state: PGTSState, action: PGTSAction, expand: ExpandFn) -> PGTSState:
+    """Apply one PGTS action to `state` (in place). An action that cannot apply (backtrack at the root,
+    branch at the root, expand a terminal node, nothing new to propose, budget spent) leaves the node as is.
+    """
+    state.actions.append(action)
+    cur = state.current
+    if action is PGTSAction.TERMINATE:
+        state.done = True
+    elif action is PGTSAction.BACKTRACK:
+        state.current = cur.parent or cur
+    elif action is PGTSAction.EXPAND and not cur.terminal:
+        state.current = _next_proposal(cur, expand, state.tree) or cur
+    elif action is PGTSAction.BRANCH and cur.parent is not None:
+        state.current = _next_proposal(cur.parent, expand, state.tree) or cur
+    if state.tree.exhausted():
+        state.done = True
+    return state
+
+
+@SEARCH_STRATEGIES.register("policy_guided")
+def policy_guided(
+    tree: SearchTree,
+    expand: ExpandFn,
+    value: ValueFn,
+    policy: Callable[[PGTSState], PGTSAction],
+    *,
+    max_actions: Annotated[int, Field(ge=1)] = 1_000,
+) -> SearchTree:
+    r"""Policy-guided tree search: a policy picks expand / branch / backtrack / terminate at each step.
+
+        s_0 = (tree, root);  a_k = policy(s_k);  s_{k+1} = pgts_step(s_k, a_k);  stop on terminate or budget
+        every node reached is evaluated once: N = 1, Q = value(node)
+
+    Source: Li, "Policy Guided Tree Search for Enhanced LLM Reasoning", arXiv:2502.06813. This implementation
+    has the tree and the action semantics; PGTS's learned policy (a graph network over the tree trained with
+    RL, with per-action costs) is NOT implemented: `policy` is a callback (tests use scripted ones).
+    """
+    state = PGTSState(tree=tree, current=tree.root)
+    _score(tree.root, value)
+    for _ in range(max_actions):
+        if state.done:
+            break
+        pgts_step(state, policy(state), expand)
+        _score(state.current, value)
+    return tree
+
+
+def run_search(name: str, expand: ExpandFn, value: ValueFn, budget: Budget, *, params: dict | None = None,
+               prompt_ids: Sequence[int] = (), **runtime: object) -> SearchTree:
+    """Build a tree for `prompt_ids` and grow it with the strategy `name` (knobs `params`, validated by the
+    registry; `runtime`: extra callbacks such as beam_prm's `compare` or policy_guided's `policy`)."""
+    strategy = SEARCH_STRATEGIES.bind(name, params or {}, where="search")
+    return strategy(SearchTree(budget, prompt_ids), expand, value, **runtime)
