@@ -90,3 +90,17 @@ def test_placed_roles_satisfy_their_protocols(tmp_path):
     finally:
         roles.close()
     assert roles._opened == []  # everything placed was closed
+
+
+def test_every_package_has_a_place_in_the_layers():
+    """A new top-level package or module must be put in the layer order, or the contract would not see it."""
+    import pkgutil
+    import tomllib
+
+    import rlvr
+
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    layers = next(c for c in contracts if c["type"] == "layers")["layers"]
+    placed = {name.strip() for layer in layers for name in layer.replace(":", "|").split("|")}
+    present = {f"rlvr.{m.name}" for m in pkgutil.iter_modules(rlvr.__path__)}
+    assert present - placed == set(), "add these to [tool.importlinter] layers in pyproject.toml"
