@@ -95,6 +95,7 @@ def test_placed_roles_satisfy_their_protocols(tmp_path):
 def test_every_package_has_a_place_in_the_layers():
     """A new top-level package or module must be put in the layer order, or the contract would not see it."""
     import pkgutil
+
     import tomllib
 
     import rlvr
