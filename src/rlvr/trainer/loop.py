@@ -34,23 +34,19 @@ from rlvr.runtime import (
     announce_sandbox,
     attach_log_file,
     console,
-    format_metrics,
     prepare_run_dir,
 )
 from rlvr.tracking import RolloutWriter, build_sinks
 from rlvr.trainer.batches import batch_source
 from rlvr.trainer.checkpoint import latest_checkpoint, save_hf_dir
 from rlvr.trainer.evaluation import eval_summary, print_before_after, saved_eval
-from rlvr.trainer.metrics import CONSOLE_KEYS, console_summary, step_metrics
+from rlvr.trainer.metrics import StepLog, step_metrics
 from rlvr.trainer.preflight import preflight
 from rlvr.trainer.run import Run, open_run
-from rlvr.trainer.stopping import StopConditions, TrainingError, TrainingInterrupted
+from rlvr.trainer.stopping import StopConditions, TrainingError, TrainingInterrupted  # noqa: F401 (API)
 from rlvr.trainer.watch import Heartbeat, ZeroSpreadWatch
 
 __all__ = ["TrainingError", "TrainingInterrupted", "train"]
-
-log = logging.getLogger("rlvr.train")
-
 
 def train(cfg: Config, *, resume: bool = False, stop_after: int | None = None) -> Path:
     """Run (or resume) RL training; returns the run directory. `stop_after` ends this invocation after that many
@@ -95,37 +91,18 @@ def _loop(run: Run, sink: Any, rollouts: RolloutWriter, stop: StopConditions, he
     fresh_before = cfg.eval.before and run.start_step == 0
     heartbeat.doing("evaluating the starting model (eval.before)" if fresh_before else "starting")
     before = run.evaluate("before") if fresh_before else saved_eval(run.run_dir, "before")
-    spread, batches = ZeroSpreadWatch(), batch_source(run)
+    batches = batch_source(run)
     with ProgressReporter("train", cfg.train.steps, cfg.logging.progress and dp.is_main(),
                           completed=run.start_step) as progress:
+        out = StepLog(sink, rollouts, progress, heartbeat, ZeroSpreadWatch(), cfg.logging.console_every,
+                      dp.is_main(), run.renderer.uses_chat)
         for step in range(run.start_step + 1, stop.last_step + 1):
             heartbeat.doing(f"train step {step}/{cfg.train.steps} running")
-            groups, metrics = train_step(run, batches, step, stop)
+            groups, metrics = train_step(run, batches, step, stop)  # rollout -> score -> learn -> publish
             if cfg.eval.every and step % cfg.eval.every == 0 and step < cfg.train.steps:
                 metrics.update({f"eval/{k}": v for k, v in eval_summary(run.evaluate(f"step_{step:06d}")).items()})
-            rollouts.write(step, groups)
-            sink.log(step, metrics)
-            line = format_metrics(console_summary(metrics), CONSOLE_KEYS)
-            progress.update(step, line, print_line=step % cfg.logging.console_every == 0)
-            if step % cfg.logging.console_every == 0:
-                heartbeat.printed()
-            log.info("step %d %s", step, line)
-            if dp.is_main():
-                spread.observe(step, groups, chat=run.renderer.uses_chat)
-
-            if stop.too_many_faults(run.faults):
-                raise stop.fault_error(run.faults, run.checkpoint(step))
-            saved = stop.checkpoint_due(step)
-            if saved:
-                run.checkpoint(step)
-            signum = stop.signalled()
-            if signum is not None:
-                if not saved:
-                    run.checkpoint(step)
-                raise TrainingInterrupted(signum, step, run.run_dir)
-            if stop.budget_why is not None:
-                console.print(escape(f"Budget reached at step {step} ({stop.budget_why}): {run.tokens_spent} "
-                                     "tokens sampled"))
+            out.write(step, groups, metrics)                        # sinks, rollouts.jsonl, console
+            if stop.after_step(step, run):                          # checkpoint; faults, signals, budgets
                 break
     if stop.stopped_early():  # on request: leave a checkpoint to resume from
         if not (cfg.checkpoint.every and stop.last_step % cfg.checkpoint.every == 0):

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
 
 from rlvr.rewards import RewardFunction, non_finite_metrics
 from rlvr.rollout import agent_metrics
+from rlvr.runtime import format_metrics
 from rlvr.types import Group
 
 CONSOLE_KEYS = ("reward", "acc", "len", "entropy", "kl", "clip", "step_s")
+log = logging.getLogger("rlvr.train")
 
 
 def rollout_metrics(groups: list[Group], reward_fn: RewardFunction) -> dict[str, float]:
@@ -57,3 +60,24 @@ def console_summary(metrics: dict[str, float]) -> dict[str, Any]:
     return {"reward": metrics["reward_mean"], "acc": metrics["accuracy"], "len": metrics["response_length_mean"],
             "entropy": metrics.get("entropy"), "kl": metrics.get("kl"), "clip": metrics.get("clip_frac"),
             "step_s": metrics["step_s"]}
+
+
+class StepLog:
+    """Where a step's results go: metrics.jsonl and the other sinks, rollouts.jsonl, the console line (progress
+    bar or plain lines) and train.log; and the zero-spread watch on the groups."""
+
+    def __init__(self, sink: Any, rollouts: Any, progress: Any, heartbeat: Any, spread: Any, console_every: int,
+                 main: bool, chat: bool):
+        self.sink, self.rollouts, self.progress, self.heartbeat, self.spread = sink, rollouts, progress, heartbeat, spread
+        self.console_every, self.main, self.chat = console_every, main, chat
+
+    def write(self, step: int, groups: list[Group], metrics: dict[str, float]) -> None:
+        self.rollouts.write(step, groups)
+        self.sink.log(step, metrics)
+        line = format_metrics(console_summary(metrics), CONSOLE_KEYS)
+        self.progress.update(step, line, print_line=step % self.console_every == 0)
+        if step % self.console_every == 0:
+            self.heartbeat.printed()
+        log.info("step %d %s", step, line)
+        if self.main:
+            self.spread.observe(step, groups, chat=self.chat)

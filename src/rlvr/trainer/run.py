@@ -4,7 +4,6 @@ restores a checkpoint's state when resuming."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -34,8 +33,6 @@ from rlvr.trainer.checkpoint import (
 from rlvr.trainer.evaluation import run_eval
 from rlvr.trainer.stopping import TrainingError
 from rlvr.types import Group, TaskRecord
-
-log = logging.getLogger("rlvr.train")
 
 
 @dataclass

@@ -6,10 +6,13 @@ from __future__ import annotations
 import signal
 import time
 from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
 
 from rlvr.config import Config
 from rlvr.parallel import data_parallel as dp
-from rlvr.runtime import StopSignals
+from rlvr.runtime import StopSignals, console
 
 
 class TrainingError(RuntimeError):
@@ -69,6 +72,24 @@ class StopConditions:
         if self.signals.received is None:
             self.signals.received = signal.SIGTERM
         return self.signals.received
+
+    def after_step(self, step: int, run: Any) -> bool:
+        """Apply the rules after a logged step: stop with an error after too many faulty steps, checkpoint when
+        due, stop on a signal (after a checkpoint). Returns True when a budget ends the run after this step."""
+        if self.too_many_faults(run.faults):
+            raise self.fault_error(run.faults, run.checkpoint(step))
+        saved = self.checkpoint_due(step)
+        if saved:
+            run.checkpoint(step)
+        signum = self.signalled()
+        if signum is not None:
+            if not saved:
+                run.checkpoint(step)
+            raise TrainingInterrupted(signum, step, run.run_dir)
+        if self.budget_why is not None:
+            console.print(escape(f"Budget reached at step {step} ({self.budget_why}): {run.tokens_spent} tokens "
+                                 "sampled"))
+        return self.budget_why is not None
 
     def stopped_early(self) -> bool:
         """This invocation ends before train.steps on request (`stop_after`), not on a budget."""
