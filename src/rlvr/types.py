@@ -28,7 +28,12 @@ class VerifyResult:
 
 @dataclass
 class TaskRecord:
-    """One problem: what the task hands to the rollout stage."""
+    """One problem: what the task hands to the rollout stage.
+
+    `images` (vision-language tasks) lists the problem's images in prompt order; each item is a PIL image, a
+    file path or encoded bytes, and a list item is the frames of one clip, in order. `rlvr.tasks.images`
+    decodes them.
+    """
 
     id: str
     question: str
@@ -36,6 +41,7 @@ class TaskRecord:
     difficulty: float | int | None = None
     source: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
+    images: list[Any] | None = None
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """Loading policy, frozen reference and tokenizer from a local Hugging Face checkpoint directory.
 
-`path: builtin` means the small model shipped inside the package (`rlvr/models/builtin/`). Anything else
+`path: builtin` means the small model shipped inside the package (`rlvr/models/builtin/`), and `builtin-vl`
+its tiny vision-language sibling (`rlvr/models/builtin_vl/`, see `rlvr.models.vision`). Anything else
 must be a local directory holding a transformers checkpoint (config.json plus weights), e.g. a downloaded
 Qwen2.5-0.5B-Instruct. Nothing is downloaded at run time.
 """
@@ -16,6 +17,7 @@ import torch
 log = logging.getLogger(__name__)
 
 BUILTIN_DIR = Path(__file__).parent / "builtin"
+BUILTIN_VL_DIR = Path(__file__).parent / "builtin_vl"
 
 
 class ModelError(ValueError):
@@ -28,6 +30,12 @@ def resolve_model_path(path: str | Path, key: str = "model.path") -> Path:
         if not (p / "config.json").is_file():
             raise ModelError(f"{key}: the built-in model is missing from {p}; rebuild it with "
                              "`python scripts/build_base_model.py` or reinstall rlvr")
+        return p
+    if str(path) == "builtin-vl":
+        p = BUILTIN_VL_DIR
+        if not (p / "config.json").is_file():
+            raise ModelError(f"{key}: the built-in VLM is missing from {p}; rebuild it with "
+                             "`python scripts/build_vl_model.py` or reinstall rlvr")
         return p
     p = Path(path).expanduser()
     if not p.exists():

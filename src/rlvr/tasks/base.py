@@ -135,11 +135,13 @@ class LazySplit(Sequence[TaskRecord]):
     """
 
     def __init__(self, size: int, make: Callable[[int, int], TaskRecord], exclude: set[str] | None = None,
-                 max_attempts: int = 100):
+                 max_attempts: int = 100, key: Callable[[TaskRecord], str] | None = None):
         self.size = size
         self.make = make
         self.exclude = exclude or set()
         self.max_attempts = max_attempts
+        # What makes two problems the same: the question text, or e.g. the scene drawn in an image.
+        self.key = key or (lambda r: r.question)
 
     def __len__(self) -> int:
         return self.size
@@ -158,7 +160,7 @@ class LazySplit(Sequence[TaskRecord]):
             raise IndexError(i)
         for attempt in range(self.max_attempts):
             record = self.make(i, attempt)
-            if record.question not in self.exclude:
+            if self.key(record) not in self.exclude:
                 return record
         raise TaskError(f"could not make a training problem distinct from the held-out set at index {i}; "
                         "the task's problem space is too small for its eval_size")
@@ -167,14 +169,16 @@ class LazySplit(Sequence[TaskRecord]):
         return (self[i] for i in range(self.size))
 
 
-def distinct_records(make: Callable[[int], TaskRecord], size: int, what: str = "task.eval_size") -> list[TaskRecord]:
-    """`size` records with distinct questions from make(0), make(1), ... (procedural held-out splits)."""
+def distinct_records(make: Callable[[int], TaskRecord], size: int, what: str = "task.eval_size",
+                     key: Callable[[TaskRecord], str] | None = None) -> list[TaskRecord]:
+    """`size` records with distinct questions (or `key`s) from make(0), make(1), ... (procedural held-out splits)."""
+    key = key or (lambda r: r.question)
     seen: set[str] = set()
     out: list[TaskRecord] = []
     for i in range(size * 50):
         record = make(i)
-        if record.question not in seen:
-            seen.add(record.question)
+        if key(record) not in seen:
+            seen.add(key(record))
             out.append(record)
             if len(out) == size:
                 return out

@@ -1,0 +1,390 @@
+"""Seeded synthetic visual tasks: PIL-drawn images with verifiable answers.
+
+Each task draws a scene from `random.Random(f"{name}-{seed}-{key}")`, so the same seed gives the same pixels.
+Train and held-out splits never share a scene (`meta["scene"]`, a canonical description of what was drawn).
+The record's `images` holds the PIL images in prompt order; `multimodal_messages` gives the chat with one
+image entry per image, for a processor's chat template.
+
+    vl_count       how many shapes                          exact integer       (counting, Perception-R1)
+    vl_digits_sum  the sum of the digits drawn              exact integer
+    vl_ground      the box of the red square                IoU, correct >= 0.5 (grounding, VLM-R1)
+    vl_click       a point on the named button of a screen  1 if inside its box (GUI-R1, UI-R1)
+    vl_jigsaw      the order that restores a 2x2 shuffle    exact permutation   (Jigsaw-R1)
+    vl_frames      the time order of shuffled clip frames   exact permutation   (Video-R1)
+"""
+
+from __future__ import annotations
+
+import abc
+import random
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from rlvr.tasks.base import TASKS, LazySplit, Task, TaskError, VerifyResult, distinct_records
+from rlvr.tasks.images import IMAGE_TOKEN, count_images
+from rlvr.tasks.vision import answers
+from rlvr.tasks.vision.drawing import (
+    COLORS,
+    SHAPES,
+    assemble,
+    canvas,
+    draw_digit,
+    draw_shape,
+    place_boxes,
+    tiles,
+)
+from rlvr.types import TaskRecord
+
+ImageSize = Annotated[int, Field(ge=32, le=512, description="side of the square images, pixels")]
+TrainSize = Annotated[int, Field(ge=1)]
+EvalSize = Annotated[int, Field(ge=1)]
+Seed = Annotated[int, Field(ge=0)]
+
+
+def _scene_key(record: TaskRecord) -> str:
+    return record.meta["scene"]
+
+
+class VisionTask(Task):
+    """Base of the synthetic visual tasks: seeded scenes, scene-disjoint splits, multimodal messages."""
+
+    name = "vision"
+    default_prompt_template = "{question}"
+    default_chat_template = "{question}"
+
+    def __init__(
+        self,
+        *,
+        image_size: ImageSize = 48,
+        train_size: TrainSize = 100_000,
+        eval_size: EvalSize = 200,
+        seed: Seed = 0,
+        prompt_template: str | None = None,
+        chat_prompt_template: str | None = None,
+        system_prompt: str | None = None,
+    ):
+        super().__init__(prompt_template=prompt_template, chat_prompt_template=chat_prompt_template,
+                         system_prompt=system_prompt)
+        self.image_size = image_size
+        self.seed = seed
+        self._heldout = distinct_records(lambda i: self._problem(f"heldout-{i}"), eval_size, key=_scene_key)
+        exclude = {_scene_key(r) for r in self._heldout}
+        self._train = LazySplit(train_size, lambda i, attempt: self._problem(f"train-{i}-{attempt}"), exclude,
+                                key=_scene_key)
+
+    def _problem(self, key: str) -> TaskRecord:
+        rng = random.Random(f"{self.name}-{self.seed}-{key}")
+        try:
+            record = self.make(rng)
+        except ValueError as e:
+            raise TaskError(f"task.image_size: {e}") from None
+        record.id = f"{self.name}-{key}"
+        record.source = self.name
+        return record
+
+    @abc.abstractmethod
+    def make(self, rng: random.Random) -> TaskRecord:
+        """One problem drawn from `rng` (id and source are filled in by the caller)."""
+
+    def multimodal_messages(self, record: TaskRecord) -> list[dict[str, Any]]:
+        """The chat with one `{"type": "image"}` entry per image (clip frames included) before the question."""
+        messages: list[dict[str, Any]] = []
+        if self.system_prompt:
+            messages.append({"role": "system", "content": [{"type": "text", "text": self.system_prompt}]})
+        content: list[dict[str, Any]] = [{"type": "image"} for _ in range(count_images(record))]
+        content.append({"type": "text", "text": self.chat_prompt_template.format(question=record.question)})
+        messages.append({"role": "user", "content": content})
+        return messages
+
+    def plain_prompt_with_images(self, record: TaskRecord, image_token: str = IMAGE_TOKEN) -> str:
+        """The plain prompt preceded by one image placeholder per image."""
+        return image_token * count_images(record) + self.plain_prompt(record)
+
+    def _integer_verdict(self, response: str, record: TaskRecord) -> VerifyResult:
+        value, why = answers.parse_int(response)
+        if value is None:
+            return VerifyResult(0.0, False, why)
+        if value == int(record.answer):
+            return VerifyResult(1.0, True, "correct", str(value))
+        return VerifyResult(0.0, False, f"wrong answer: got {value}, expected {record.answer}", str(value))
+
+    def _order_verdict(self, response: str, record: TaskRecord) -> VerifyResult:
+        expected = [int(x) for x in record.answer.split()]
+        order, why = answers.parse_order(response, len(expected))
+        if order is None:
+            return VerifyResult(0.0, False, why)
+        got = " ".join(map(str, order))
+        if order == expected:
+            return VerifyResult(1.0, True, "correct", got)
+        return VerifyResult(0.0, False, f"wrong order: got {got}, expected {record.answer}", got)
+
+
+@TASKS.register("vl_count")
+class CountTask(VisionTask):
+    """Count the shapes (squares, circles, triangles of several colours) in an image."""
+
+    name = "vl_count"
+
+    def __init__(self, *, max_count: Annotated[int, Field(ge=1, le=9)] = 6,
+                 image_size: ImageSize = 48, train_size: TrainSize = 100_000,
+                 eval_size: EvalSize = 200, seed: Seed = 0, prompt_template: str | None = None,
+                 chat_prompt_template: str | None = None, system_prompt: str | None = None):
+        self.max_count = max_count
+        super().__init__(image_size=image_size, train_size=train_size, eval_size=eval_size, seed=seed,
+                         prompt_template=prompt_template, chat_prompt_template=chat_prompt_template,
+                         system_prompt=system_prompt)
+
+    def make(self, rng: random.Random) -> TaskRecord:
+        n = rng.randint(1, self.max_count)
+        s = self.image_size
+        sides = [(rng.randint(s // 8, s // 5),) * 2 for _ in range(n)]
+        boxes = place_boxes(rng, s, sides)
+        image, draw = canvas(s, rng)
+        drawn = []
+        for box in boxes:
+            shape, color = rng.choice(SHAPES), rng.choice(list(COLORS))
+            draw_shape(draw, shape, box, COLORS[color])
+            drawn.append((shape, color, box))
+        return TaskRecord(id="", question="How many shapes are in the image?", answer=str(n), difficulty=n,
+                          images=[image], meta={"scene": repr(drawn), "shapes": drawn})
+
+    def verify(self, response: str, record: TaskRecord) -> VerifyResult:
+        return self._integer_verdict(response, record)
+
+
+@TASKS.register("vl_digits_sum")
+class DigitsSumTask(VisionTask):
+    """Read the digits drawn in an image (a built-in 3x5 bitmap font) and add them."""
+
+    name = "vl_digits_sum"
+
+    def __init__(self, *, digits: Annotated[tuple[int, int], Field(description="min, max digits drawn")] = (2, 3),
+                 image_size: ImageSize = 48, train_size: TrainSize = 100_000,
+                 eval_size: EvalSize = 200, seed: Seed = 0, prompt_template: str | None = None,
+                 chat_prompt_template: str | None = None, system_prompt: str | None = None):
+        lo, hi = digits
+        if not 1 <= lo <= hi <= 4:
+            raise TaskError(f"task.digits: expected 1 <= min <= max <= 4; got {list(digits)}")
+        self.digits = (lo, hi)
+        super().__init__(image_size=image_size, train_size=train_size, eval_size=eval_size, seed=seed,
+                         prompt_template=prompt_template, chat_prompt_template=chat_prompt_template,
+                         system_prompt=system_prompt)
+
+    def make(self, rng: random.Random) -> TaskRecord:
+        n = rng.randint(*self.digits)
+        s = self.image_size
+        scale = max(1, s // 16)
+        image, draw = canvas(s, rng)
+        values = [rng.randint(0, 9) for _ in range(n)]
+        boxes = place_boxes(rng, s, [(3 * scale, 5 * scale)] * n)
+        boxes.sort()  # left to right, so the scene reads like a number line
+        ink = (rng.randint(0, 60), rng.randint(0, 60), rng.randint(0, 90))
+        for v, box in zip(values, boxes):
+            draw_digit(draw, str(v), box[0], box[1], scale, ink)
+        return TaskRecord(id="", question="What is the sum of the digits in the image?", answer=str(sum(values)),
+                          difficulty=n, images=[image], meta={"scene": repr((values, boxes)), "digits": values})
+
+    def verify(self, response: str, record: TaskRecord) -> VerifyResult:
+        return self._integer_verdict(response, record)
+
+
+@TASKS.register("vl_ground")
+class GroundTask(VisionTask):
+    """Give the box [x1, y1, x2, y2] of the red square among distractors; reward = IoU with the true box.
+
+    IoU(A, B) = |A ∩ B| / |A ∪ B|. The answer is `correct` at IoU >= `correct_iou` (0.5, the usual detection
+    threshold). A malformed, inverted, non-finite or ambiguous (several different boxes) answer scores 0.
+    """
+
+    name = "vl_ground"
+
+    def __init__(self, *, distractors: Annotated[int, Field(ge=0, le=6)] = 3,
+                 correct_iou: Annotated[float, Field(gt=0, le=1)] = 0.5,
+                 image_size: ImageSize = 48, train_size: TrainSize = 100_000,
+                 eval_size: EvalSize = 200, seed: Seed = 0, prompt_template: str | None = None,
+                 chat_prompt_template: str | None = None, system_prompt: str | None = None):
+        self.distractors = distractors
+        self.correct_iou = correct_iou
+        super().__init__(image_size=image_size, train_size=train_size, eval_size=eval_size, seed=seed,
+                         prompt_template=prompt_template, chat_prompt_template=chat_prompt_template,
+                         system_prompt=system_prompt)
+
+    def make(self, rng: random.Random) -> TaskRecord:
+        s = self.image_size
+        k = rng.randint(0, self.distractors)
+        sides = [(rng.randint(s // 6, s // 3),) * 2] + [(rng.randint(s // 8, s // 4),) * 2 for _ in range(k)]
+        boxes = place_boxes(rng, s, sides)
+        image, draw = canvas(s, rng)
+        target = boxes[0]
+        draw_shape(draw, "square", target, COLORS["red"])
+        others = []
+        for box in boxes[1:]:
+            # a distractor is a red non-square or a non-red square, so both words of 'red square' matter
+            if rng.random() < 0.5:
+                shape, color = rng.choice(("circle", "triangle")), "red"
+            else:
+                shape, color = "square", rng.choice([c for c in COLORS if c != "red"])
+            draw_shape(draw, shape, box, COLORS[color])
+            others.append((shape, color, box))
+        question = (f"The image is {s}x{s} pixels. Give the bounding box of the red square as "
+                    "[x1, y1, x2, y2] in pixels.")
+        return TaskRecord(id="", question=question, answer=list(target), difficulty=k, images=[image],
+                          meta={"scene": repr((target, others)), "box": list(target), "distractors": others})
+
+    def verify(self, response: str, record: TaskRecord) -> VerifyResult:
+        box, why = answers.parse_box(response)
+        if box is None:
+            return VerifyResult(0.0, False, why)
+        score = answers.iou(box, tuple(record.answer))
+        shown = "[" + ", ".join(f"{v:g}" for v in box) + "]"
+        ok = score >= self.correct_iou
+        return VerifyResult(score, ok, f"IoU {score:.3f} {'>=' if ok else '<'} {self.correct_iou}", shown,
+                            meta={"iou": score})
+
+
+@TASKS.register("vl_click")
+class ClickTask(VisionTask):
+    """A synthetic screen with coloured buttons: give a point (x, y) on the named one (reward 1 if inside)."""
+
+    name = "vl_click"
+
+    def __init__(self, *, buttons: Annotated[tuple[int, int], Field(description="min and max buttons")] = (2, 4),
+                 image_size: ImageSize = 48, train_size: TrainSize = 100_000,
+                 eval_size: EvalSize = 200, seed: Seed = 0, prompt_template: str | None = None,
+                 chat_prompt_template: str | None = None, system_prompt: str | None = None):
+        lo, hi = buttons
+        if not 1 <= lo <= hi <= len(COLORS):
+            raise TaskError(f"task.buttons: expected 1 <= min <= max <= {len(COLORS)}; got {list(buttons)}")
+        self.buttons = (lo, hi)
+        super().__init__(image_size=image_size, train_size=train_size, eval_size=eval_size, seed=seed,
+                         prompt_template=prompt_template, chat_prompt_template=chat_prompt_template,
+                         system_prompt=system_prompt)
+
+    def make(self, rng: random.Random) -> TaskRecord:
+        from PIL import ImageDraw
+
+        s = self.image_size
+        n = rng.randint(*self.buttons)
+        bar = max(3, s // 10)
+        image, _ = canvas(s, rng)
+        draw = ImageDraw.Draw(image)
+        draw.rectangle((0, 0, s - 1, bar - 1), fill=(70, 70, 90))  # title bar
+        sides = [(rng.randint(s // 5, s // 3), rng.randint(s // 8, s // 5)) for _ in range(n)]
+        boxes = place_boxes(rng, s, sides, avoid=[(0, 0, s, bar)])
+        colors = rng.sample(list(COLORS), n)
+        for color, box in zip(colors, boxes):
+            draw.rectangle((box[0], box[1], box[2] - 1, box[3] - 1), fill=COLORS[color], outline=(40, 40, 40))
+        target = rng.randrange(n)
+        question = (f"This is a {s}x{s} pixel screen. Click the {colors[target]} button: give the point as "
+                    "(x, y) in pixels.")
+        return TaskRecord(id="", question=question, answer=list(boxes[target]), difficulty=n, images=[image],
+                          meta={"scene": repr((colors, boxes, target)), "box": list(boxes[target]),
+                                "target": colors[target], "buttons": dict(zip(colors, boxes))})
+
+    def verify(self, response: str, record: TaskRecord) -> VerifyResult:
+        point, why = answers.parse_point(response)
+        if point is None:
+            return VerifyResult(0.0, False, why)
+        x, y = point
+        x1, y1, x2, y2 = record.answer
+        shown = f"({x:g}, {y:g})"
+        if x1 <= x <= x2 and y1 <= y <= y2:
+            return VerifyResult(1.0, True, "inside the button", shown)
+        return VerifyResult(0.0, False, f"{shown} is outside the button box {list(record.answer)}", shown)
+
+
+@TASKS.register("vl_jigsaw")
+class JigsawTask(VisionTask):
+    """A picture cut into 2x2 tiles and shuffled: give the shown tiles in the order that restores it.
+
+    Tiles are numbered 1-4 in reading order as shown. The answer lists, for the restored picture's top-left,
+    top-right, bottom-left and bottom-right in turn, the number of the shown tile that goes there. The picture
+    has a red gradient left to right and a green one top to bottom, plus shapes that cross tile borders.
+    """
+
+    name = "vl_jigsaw"
+
+    def make(self, rng: random.Random) -> TaskRecord:
+        from PIL import Image, ImageDraw
+
+        s = self.image_size - self.image_size % 2
+        blue = rng.randint(0, 255)
+        image = Image.new("RGB", (s, s))
+        pixels = image.load()
+        for y in range(s):
+            for x in range(s):
+                pixels[x, y] = (40 + 200 * x // s, 40 + 200 * y // s, blue)
+        draw = ImageDraw.Draw(image)
+        drawn = []
+        for _ in range(rng.randint(1, 2)):
+            side = rng.randint(s // 4, s // 2)
+            x, y = rng.randint(0, s - side), rng.randint(0, s - side)
+            shape, color = rng.choice(SHAPES), rng.choice(list(COLORS))
+            draw_shape(draw, shape, (x, y, x + side, y + side), COLORS[color])
+            drawn.append((shape, color, x, y, side))
+        perm = list(range(4))
+        while perm == [0, 1, 2, 3]:
+            rng.shuffle(perm)
+        parts = tiles(image)
+        shown = assemble([parts[p] for p in perm])  # shown tile j is original tile perm[j]
+        order = [perm.index(p) + 1 for p in range(4)]
+        question = ("The image was cut into 2x2 tiles, numbered 1-4 in reading order, and shuffled. For the "
+                    "top-left, top-right, bottom-left and bottom-right of the original, give the number of the "
+                    "tile that goes there, e.g. 2 4 1 3.")
+        return TaskRecord(id="", question=question, answer=" ".join(map(str, order)), difficulty=1,
+                          images=[shown], meta={"scene": repr((blue, drawn, perm)), "perm": perm,
+                                                "original": image})
+
+    def verify(self, response: str, record: TaskRecord) -> VerifyResult:
+        return self._order_verdict(response, record)
+
+
+@TASKS.register("vl_frames")
+class FramesTask(VisionTask):
+    """The frames of a short clip of a falling ball, shuffled: give them in time order (gravity sets the arrow)."""
+
+    name = "vl_frames"
+
+    def __init__(self, *, frames: Annotated[int, Field(ge=2, le=6)] = 4,
+                 image_size: ImageSize = 48, train_size: TrainSize = 100_000,
+                 eval_size: EvalSize = 200, seed: Seed = 0, prompt_template: str | None = None,
+                 chat_prompt_template: str | None = None, system_prompt: str | None = None):
+        self.frames = frames
+        super().__init__(image_size=image_size, train_size=train_size, eval_size=eval_size, seed=seed,
+                         prompt_template=prompt_template, chat_prompt_template=chat_prompt_template,
+                         system_prompt=system_prompt)
+
+    def make(self, rng: random.Random) -> TaskRecord:
+        s, k = self.image_size, self.frames
+        r = max(2, s // 12)
+        step = rng.randint(max(2 * r, 3), max(2 * r, (s - 2 * r - 2) // k))  # falls at least one diameter a frame
+        y0 = rng.randint(r, max(r, s - r - 1 - step * (k - 1)))
+        x0, dx = rng.randint(r, s - r - 1), rng.choice((-2, -1, 0, 1, 2))
+        color = rng.choice(list(COLORS))
+        background = tuple(rng.randint(225, 255) for _ in range(3))
+        post = (rng.randint(0, s - 4), rng.randint(s // 4, s - 1))  # a fixed landmark, the same in every frame
+        clip = []
+        for t in range(k):
+            image, draw = canvas(s, random.Random(0))
+            draw.rectangle((0, 0, s - 1, s - 1), fill=background)
+            draw.rectangle((post[0], post[1], post[0] + 3, s - 1), fill=(90, 90, 90))
+            x = min(s - r - 1, max(r, x0 + dx * t))
+            y = min(s - r - 1, y0 + step * t)
+            draw_shape(draw, "circle", (x - r, y - r, x + r + 1, y + r + 1), COLORS[color])
+            clip.append(image)
+        perm = list(range(k))
+        while perm == sorted(perm):
+            rng.shuffle(perm)
+        order = [perm.index(t) + 1 for t in range(k)]  # shown frame j is clip frame perm[j]
+        question = (f"These {k} frames of a short clip of a falling ball are shuffled and numbered 1-{k} as shown. "
+                    f"Give the frame numbers in time order, e.g. {' '.join(map(str, range(k, 0, -1)))}.")
+        return TaskRecord(id="", question=question, answer=" ".join(map(str, order)), difficulty=k,
+                          images=[clip[p] for p in perm],
+                          meta={"scene": repr((x0, y0, dx, step, color, background, post, perm)), "perm": perm})
+
+    def verify(self, response: str, record: TaskRecord) -> VerifyResult:
+        return self._order_verdict(response, record)
+
+
+VISION_TASKS = ("vl_count", "vl_digits_sum", "vl_ground", "vl_click", "vl_jigsaw", "vl_frames")
