@@ -141,3 +141,14 @@ def test_auto_dtype_is_fp32_on_cpu_even_where_the_cpu_reports_bf16(monkeypatch, 
     monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: bf16_supported, raising=False)
     assert resolve_dtype("auto", torch.device("cpu")) is torch.float32
     assert resolve_dtype("bfloat16", torch.device("cpu")) is torch.bfloat16
+
+
+def test_engine_options_validate_through_the_registry():
+    from rlvr.registry import RegistryError
+    from rlvr.rollout import ENGINES
+
+    opts = ENGINES.resolve("fast", {"compile": True, "compile_backend": "zentorch", "share_prefill": False})
+    assert opts["compile"] is True and opts["compile_backend"] == "zentorch" and opts["share_prefill"] is False
+    assert ENGINES.resolve("fast", {})["share_prefill"] is True  # sharing is the default
+    with pytest.raises(RegistryError, match="share_prefill"):
+        ENGINES.resolve("fast", {"share_prefill": "sometimes"}, "rollout.engine_options")
