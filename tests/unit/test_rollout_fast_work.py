@@ -99,16 +99,19 @@ def test_an_unavailable_backend_falls_back_to_eager(model_and_tok, caplog):
 
 
 @pytest.mark.slow  # inductor compiles C++ kernels: ~15-60 s on 2 cores, depending on the load
-def test_compiled_step_matches_eager_to_fp32_rounding(model_and_tok):
+@pytest.mark.parametrize("backend", ["inductor", "zentorch"])
+def test_compiled_step_matches_eager_to_fp32_rounding(model_and_tok, backend):
     """Inductor reorders and fuses the reductions, so compiled logits differ from eager ones by rounding only.
     Bound: a length-n fp32 dot product in any order is within n*u of the exact one, relative to the size of
     its terms (Higham, Accuracy and Stability, 3.1); each of the model's layers adds such errors to the
     residual stream, so |compiled - eager| <= 2 * (layers + 1) * n_max * u * max|logit| with n_max the longest
     reduction (hidden, MLP width, or the attended positions), the 2 for the two sides' own errors."""
+    if backend == "zentorch":
+        pytest.importorskip("zentorch", reason="the optional AMD ZenDNN plugin (pip install 'rlvr[zen]')")
     model, tok = model_and_tok
     prompts = _prompts(tok, TEXTS)
     eager = FastEngine(model, tok)
-    compiled = FastEngine(model, tok, compile=True)
+    compiled = FastEngine(model, tok, compile=True, compile_backend=backend)
     # The step on a cache filled by the same prefill, at several widths (one compilation: dynamic shapes).
     dec = eager._decoder
     cfg = model.config
