@@ -10,7 +10,11 @@ over the model's weights instead of calling `model.generate`:
   batch shrinks and no compute is spent on finished sequences;
 - small models get fused q|k|v and gate|up weight copies (fewer, larger matmuls); the copies are rewritten
   from the parameters before every `generate`, so an optimizer step (fused AdamW included) is always seen;
-- `compile=True` compiles the per-token decoder step with torch.compile (dynamic shapes).
+- `compile=True` compiles the per-token decoder step with torch.compile (dynamic shapes; `compile_backend`
+  picks the backend, inductor by default, `zentorch` with the AMD ZenDNN plugin); when compilation is
+  unavailable or fails, a warning is logged and the step runs eagerly;
+- `share_prefill=False` prefills every row on its own (n copies of each prompt): the same samples for the
+  same seed, n times the prefill work; kept only to measure what sharing saves.
 
 The behaviour log-probs are log softmax(logits / T) before top-k/top-p, as in `rlvr.rollout.hf` and the
 learner's `forward_tokens`; sampling uses torch's global RNG, so `torch.manual_seed` makes it reproducible.
@@ -328,9 +332,12 @@ class FastEngine(HFEngine):
     """Static-KV-cache batched sampling with a shared prompt prefill per group (see the module docstring).
     Falls back to the transformers-generate engine for models it does not support."""
 
-    def __init__(self, model: Any, tokenizer: Any, *, batch_size: int = 256, compile: bool = False):
+    def __init__(self, model: Any, tokenizer: Any, *, batch_size: int = 256, compile: bool = False,
+                 compile_backend: str = "inductor", share_prefill: bool = True):
         super().__init__(model, tokenizer, batch_size=batch_size)
         self.compile = compile
+        self.compile_backend = compile_backend
+        self.share_prefill = share_prefill
         self._decoder: _Decoder | None = None
         self._step_fn: Any = None
         self._bind(model)
@@ -345,15 +352,36 @@ class FastEngine(HFEngine):
         self._decoder = _Decoder(model)
         self._step_fn = self._decoder.step
         if self.compile:
-            core = torch.compile(self._decoder.step_core, dynamic=True)
-            dec = self._decoder
+            self._step_fn = self._compiled_step(self._decoder)
 
-            def compiled_step(tokens: torch.Tensor, pos: torch.Tensor, cache: torch.Tensor, width: int
-                              ) -> torch.Tensor:
-                base = dec._slot_base(tokens.shape[0], cache.shape[2], cache.shape[4], pos.device)
+    def _compiled_step(self, dec: _Decoder) -> Any:
+        """`dec.step` through torch.compile, falling back to eager `dec.step` for good (with one warning) when
+        the backend cannot be set up or a compilation fails. A failed call is simply repeated eagerly: the
+        only state it can have touched is the KV written at `pos`, which the eager step rewrites."""
+        try:
+            if self.compile_backend == "zentorch":
+                import zentorch  # noqa: F401  (registers the "zentorch" backend)
+            core = torch.compile(dec.step_core, dynamic=True, backend=self.compile_backend)
+        except Exception as err:  # an unknown backend, a missing plugin, no dynamo on this platform
+            return self._compile_failed(dec, err)
+
+        def compiled_step(tokens: torch.Tensor, pos: torch.Tensor, cache: torch.Tensor, width: int
+                          ) -> torch.Tensor:
+            base = dec._slot_base(tokens.shape[0], cache.shape[2], cache.shape[4], pos.device)
+            try:
                 return core(tokens, pos, base, cache, width)
+            except Exception as err:  # inductor needs a working C++ compiler; any compile error lands here
+                self._compile_failed(dec, err)
+                return dec.step(tokens, pos, cache, width)
 
-            self._step_fn = compiled_step
+        return compiled_step
+
+    def _compile_failed(self, dec: _Decoder, err: Exception) -> Any:
+        first_line = (str(err).strip().splitlines() or [""])[0][:300]
+        log.warning("fast engine: torch.compile (backend %r) failed, decoding eagerly instead: %s: %s",
+                    self.compile_backend, type(err).__name__, first_line)
+        self._step_fn = dec.step
+        return dec.step
 
     @property
     def supported(self) -> bool:
@@ -408,16 +436,19 @@ class FastEngine(HFEngine):
 
         # Prefill the P distinct prompts, then copy each prompt's KV (and first logits) to its rows.
         cache = dec.new_cache(N, S)
-        small = dec.new_cache(P, L)
-        logits = dec.prefill(ids, lengths, small)
         counts_t = torch.tensor(counts, device=device)
-        if all(c == 1 for c in counts):
-            cache[..., :L, :] = small
+        if not self.share_prefill:  # every row prefilled on its own, straight into its cache rows
+            ids, lengths = ids.repeat_interleave(counts_t, dim=0), lengths.repeat_interleave(counts_t)
+            logits = dec.prefill(ids, lengths, cache)
+        elif all(c == 1 for c in counts):
+            logits = dec.prefill(ids, lengths, cache)
         else:
+            small = dec.new_cache(P, L)
+            logits = dec.prefill(ids, lengths, small)
             cache[..., :L, :] = small.repeat_interleave(counts_t, dim=2)
             logits = logits.repeat_interleave(counts_t, dim=0)
             lengths = lengths.repeat_interleave(counts_t)
-        del small
+            del small
 
         greedy = params.temperature <= 0
         T = 1.0 if greedy else float(params.temperature)
