@@ -167,3 +167,61 @@ def test_rm_training_is_reproducible_and_rejects_a_pairless_rollouts_file(tmp_pa
                       schema=RMConfig)
     with pytest.raises(RMDataError, match="no prompt in"):
         run_rm(cfg)
+
+
+# -- the generative-RM task (preference_judge) -------------------------------------------------------------
+
+
+def test_preference_judge_verifier_rewards_agreement_only():
+    from rlvr.tasks import build_task
+
+    task = build_task("preference_judge", {"eval_size": 20})
+    rec = task.heldout[0]
+    gold, other = rec.answer, ({"A", "B"} - {rec.answer}).pop()
+    # the right answer really is the one the label names
+    right = rec.meta["answers"][["A", "B"].index(gold)]
+    assert int(right) == rec.meta["a"] + rec.meta["b"] and rec.meta["answers_correct"][["A", "B"].index(gold)]
+    assert task.verify(f"I add the columns... so [[{gold}]]", rec).reward == 1.0
+    assert task.verify(f"[[{gold}]] and again [[{gold}]]", rec).reward == 1.0  # repeating one verdict is fine
+    bad = task.verify(f"[[{other}]]", rec)
+    assert bad.reward == 0.0 and "disagrees" in bad.reason
+    for response, reason in [("", "empty"), ("the answer is A", "no verdict"), ("\x00\xff[[C]] [[a]]", "no verdict"),
+                             ("[[A]] or maybe [[B]]", "conflicting")]:
+        out = task.verify(response, rec)
+        assert out.reward == 0.0 and not out.correct and reason in out.reason, (response, out)
+    # labels are balanced between the positions over the held-out split
+    assert 5 <= sum(r.answer == "A" for r in task.heldout) <= 15
+
+
+def test_preference_judge_pointwise_boxed_and_scores_verdicts():
+    from rlvr.tasks import TaskError, build_task
+
+    point = build_task("preference_judge", {"mode": "pointwise", "eval_size": 20})
+    for rec in point.heldout[:6]:
+        shown_right = int(rec.meta["answers"][0]) == rec.meta["a"] + rec.meta["b"]
+        assert rec.answer == ("correct" if shown_right else "incorrect")
+        assert point.verify(f"[[{rec.answer}]]", rec).reward == 1.0
+    boxed = build_task("preference_judge", {"labels": ["1", "2"], "verdict_template": "\\boxed{{label}}",
+                                            "eval_size": 5})
+    rec = boxed.heldout[0]
+    assert f"\\boxed{{{rec.answer}}}" in boxed.plain_prompt(rec)
+    assert boxed.verify(f"so \\boxed{{{rec.answer}}}", rec).reward == 1.0
+    assert boxed.verify("\\boxed{1} \\boxed{2}", rec).reward == 0.0
+
+    spct = build_task("preference_judge", {"verdict": "scores", "eval_size": 5})
+    rec = spct.heldout[0]
+    hi, lo = ("9, 2", "2, 9") if rec.answer == "A" else ("2, 9", "9, 2")
+    assert spct.verify(f"critique... [[{hi}]]", rec).reward == 1.0
+    assert spct.verify(f"[[{lo}]]", rec).reward == 0.0
+    for response, reason in [("[[5, 5]]", "disagree"), ("[[7]]", "expected 2"), ("[[x, y]]", "expected 2"),
+                             ("[[0, 11]]", "1..10"), (f"[[{hi}]] [[{lo}]]", "conflicting"), ("9 2", "no verdict")]:
+        out = spct.verify(response, rec)
+        assert out.reward == 0.0 and reason in out.reason, (response, out)
+    point_scores = build_task("preference_judge", {"mode": "pointwise", "verdict": "scores", "eval_size": 5})
+    rec = point_scores.heldout[0]
+    good = "[[8]]" if rec.answer == "correct" else "[[3]]"
+    assert point_scores.verify(good, rec).reward == 1.0
+    with pytest.raises(TaskError, match="task.labels"):
+        build_task("preference_judge", {"labels": ["A", "A"]})
+    with pytest.raises(TaskError, match="task.verdict_template"):
+        build_task("preference_judge", {"verdict_template": "[[X]]"})

@@ -1,6 +1,6 @@
 """Tasks: prompt sources with templates and verifiers. Importing this module registers the built-ins."""
 
-from rlvr.tasks import addition, code, guess_number, jsonl, reasoning_gym  # noqa: F401  (registration)
+from rlvr.tasks import addition, code, guess_number, jsonl, preference_judge, reasoning_gym  # noqa: F401  (registration)
 from rlvr.tasks.base import (
     TASKS,
     LazySplit,
