@@ -167,6 +167,7 @@ def test_rm_training_is_reproducible_and_rejects_a_pairless_rollouts_file(tmp_pa
                       schema=RMConfig)
     with pytest.raises(RMDataError, match="no prompt in"):
         run_rm(cfg)
+    assert not (tmp_path / "c").exists()  # bad data stops the run before it makes a run directory
 
 
 # -- the generative-RM task (preference_judge) -------------------------------------------------------------

@@ -21,8 +21,8 @@ from rlvr.config.loading import dump_config, format_validation_error, info, load
 from rlvr.config.model import LoraSpec, ModelConfig
 from rlvr.config.overrides import apply_overrides, drop_stale_parameters, parse_override
 from rlvr.config.registries import resolve_components
-from rlvr.config.rollout import RolloutConfig
 from rlvr.config.rm import RMConfig, RMDataConfig, RMLossConfig, RMTrainConfig
+from rlvr.config.rollout import RolloutConfig
 from rlvr.config.run import CheckpointConfig, EvalConfig, LoggingConfig, RunConfig
 from rlvr.config.schema import Config, RewardSpec
 from rlvr.config.sft import SFTConfig, SFTDataConfig, SFTTrainConfig

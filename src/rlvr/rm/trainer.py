@@ -148,20 +148,20 @@ def run_rm(cfg: RMConfig) -> Path:
     if cfg.model.lora is not None:
         raise ModelError("model.lora: rlvr rm trains all weights (LoRA on a reward head is not wired yet); "
                          "remove model.lora")
+    # data and tokenizer first: a bad file stops the run before it leaves a run directory behind
+    device = resolve_device(cfg.model.device)
+    tokenizer = load_tokenizer(cfg.model.tokenizer_path or cfg.model.path, trust_remote_code=cfg.model.trust_remote_code)
+    tokenizer.padding_side = "right"
+    train_pairs, eval_pairs = load_pairs(cfg)
+    train_set, skipped = encode_pairs(train_pairs, tokenizer, cfg.data.max_length)
+    eval_set, eval_skipped = encode_pairs(eval_pairs, tokenizer, cfg.data.max_length)
+    if not train_set:
+        raise RMDataError(f"data.max_length: every training pair of '{cfg.data.path}' is longer than "
+                          f"{cfg.data.max_length} tokens ({skipped} dropped); raise data.max_length")
     run_dir = prepare_run_dir(cfg, resume=False)
     handler = attach_log_file(run_dir)
     try:
         seed_everything(cfg.run.seed)
-        device = resolve_device(cfg.model.device)
-        tokenizer = load_tokenizer(cfg.model.tokenizer_path or cfg.model.path,
-                                   trust_remote_code=cfg.model.trust_remote_code)
-        tokenizer.padding_side = "right"
-        train_pairs, eval_pairs = load_pairs(cfg)
-        train_set, skipped = encode_pairs(train_pairs, tokenizer, cfg.data.max_length)
-        eval_set, eval_skipped = encode_pairs(eval_pairs, tokenizer, cfg.data.max_length)
-        if not train_set:
-            raise RMDataError(f"data.max_length: every training pair of '{cfg.data.path}' is longer than "
-                              f"{cfg.data.max_length} tokens ({skipped} dropped); raise data.max_length")
         model = load_reward_model(cfg.model.path, dtype=resolve_dtype(cfg.model.dtype, device), device=device,
                                   pad_token_id=int(tokenizer.pad_token_id),
                                   trust_remote_code=cfg.model.trust_remote_code)
