@@ -1,4 +1,4 @@
-"""The `rlvr` command line: train, sft, eval, config."""
+"""The `rlvr` command line: train, sft, rm, eval, config."""
 
 from __future__ import annotations
 
@@ -141,6 +141,26 @@ def sft(args: Annotated[list[str], typer.Argument(help=ARGS_HELP, show_default=F
     try:
         recipe, overrides = _split_args(args)
         run_sft(load_config(recipe, overrides, schema=SFTConfig))
+    except _user_errors() as err:
+        _fail(err)
+
+
+@app.command()
+def rm(args: Annotated[list[str], typer.Argument(help=ARGS_HELP, show_default=False)]) -> None:
+    """Train a Bradley–Terry reward model on preference pairs, or on pairs mined from a run's rollouts.
+
+    Data: JSONL/Parquet rows with chosen, rejected (and optional prompt, margin), or a run's rollouts.jsonl
+    (correct vs incorrect answers to one prompt). Prints the held-out pair accuracy before and after, and
+    writes <run dir>/final, which `rewards: [{name: reward_model, path: <run dir>/final}]` loads.
+
+    Example: rlvr rm recipes/rm_bt.yaml data.path=runs/grpo-demo/rollouts.jsonl train.steps=200
+    """
+    from rlvr.config import RMConfig, load_config
+    from rlvr.rm.trainer import run_rm
+
+    try:
+        recipe, overrides = _split_args(args)
+        run_rm(load_config(recipe, overrides, schema=RMConfig))
     except _user_errors() as err:
         _fail(err)
 
@@ -304,13 +324,14 @@ def doctor() -> None:
 def config_show(
     args: Annotated[list[str], typer.Argument(help=ARGS_HELP, show_default=False)],
     sft: Annotated[bool, typer.Option("--sft", help="Read it as an SFT config.")] = False,
+    rm: Annotated[bool, typer.Option("--rm", help="Read it as a reward-model (rlvr rm) config.")] = False,
 ) -> None:
     """Print the fully resolved config (every default filled in) as YAML."""
-    from rlvr.config import Config, SFTConfig, dump_config, load_config
+    from rlvr.config import Config, RMConfig, SFTConfig, dump_config, load_config
 
     try:
         recipe, overrides = _split_args(args)
-        cfg = load_config(recipe, overrides, schema=SFTConfig if sft else Config)
+        cfg = load_config(recipe, overrides, schema=SFTConfig if sft else RMConfig if rm else Config)
         typer.echo(dump_config(cfg), nl=False)
     except _user_errors() as err:
         _fail(err)

@@ -14,7 +14,7 @@ from rlvr.trainer.loop import train
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = sorted(p for p in (ROOT / "recipes").glob("*.yaml")
-                 if not p.name.startswith("sft_"))
+                 if not p.name.startswith(("sft_", "rm_")))  # `rlvr sft` / `rlvr rm` recipes
 
 
 def test_the_algorithm_library_recipes_exist():

@@ -36,7 +36,9 @@ def _load(path: str, kind: str, device: str) -> tuple[Any, Any]:
     return model.to(dev).eval(), tok
 
 
-def _render(tok: Any, user: str, assistant: str | None = None) -> str:
+def render_exchange(tok: Any, user: str, assistant: str | None = None) -> str:
+    """The text a model scores: (user, assistant) through the tokenizer's chat template, else concatenated.
+    `rlvr rm` renders its training pairs with this too, so a trained model is scored as it was trained."""
     if getattr(tok, "chat_template", None):
         messages = [{"role": "user", "content": user}]
         if assistant is not None:
@@ -59,7 +61,7 @@ class SequenceClassifierReward:
 
     @torch.no_grad()
     def score_texts(self, questions: list[str], responses: list[str]) -> list[float]:
-        texts = [_render(self.tokenizer, q, r) for q, r in zip(questions, responses)]
+        texts = [render_exchange(self.tokenizer, q, r) for q, r in zip(questions, responses)]
         scores: list[float] = []
         device = next(self.model.parameters()).device
         self.tokenizer.padding_side = "right"
@@ -111,7 +113,7 @@ class GenerativeJudgeReward:
 
     def prompts(self, group: Group) -> list[str]:
         answer = group.record.answer if group.record.answer is not None else "unknown"
-        return [_render(self.tokenizer, self.template.format(question=group.record.question, response=s.text,
+        return [render_exchange(self.tokenizer, self.template.format(question=group.record.question, response=s.text,
                                                              answer=answer)) for s in group.samples]
 
     @torch.no_grad()

@@ -1,6 +1,14 @@
 """Tasks: prompt sources with templates and verifiers. Importing this module registers the built-ins."""
 
-from rlvr.tasks import addition, code, guess_number, jsonl, reasoning_gym, vision  # noqa: F401  (registration)
+from rlvr.tasks import (  # noqa: F401  (registration)
+    addition,
+    code,
+    guess_number,
+    jsonl,
+    preference_judge,
+    reasoning_gym,
+    vision,
+)
 from rlvr.tasks.base import (
     TASKS,
     LazySplit,
