@@ -20,6 +20,7 @@ import torch
 from rich.markup import escape
 
 from rlvr.config import RMConfig
+from rlvr.learner.optim import build_optimizer, build_scheduler
 from rlvr.models import (
     ModelError,
     check_vocab,
@@ -42,7 +43,6 @@ from rlvr.runtime import (
 )
 from rlvr.tracking import JsonlSink
 from rlvr.trainer.checkpoint import save_checkpoint, save_hf_dir
-from rlvr.learner.optim import build_optimizer, build_scheduler
 
 log = logging.getLogger("rlvr.rm")
 
