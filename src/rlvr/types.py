@@ -125,6 +125,7 @@ class Batch:
     valid: torch.Tensor | None = None  # [B] bool, False for excluded samples (a non-finite reward); None: all valid
     # Filled by the learner's `prepare` only when something asks for them:
     ref_logprobs: torch.Tensor | None = None  # [B, T] frozen reference
+    teacher_logprobs: torch.Tensor | None = None  # [B, T] frozen teacher (distillation)
     behaviour_logprobs: torch.Tensor | None = None  # [B, T] the engine's, kept when old ones are recomputed
     values: torch.Tensor | None = None  # [B, T] critic values before each token
     returns: torch.Tensor | None = None  # [B, T] critic targets

@@ -1,4 +1,5 @@
-"""A config naming a teacher-based estimator or loss fails at load time while no teacher role exists."""
+"""A config naming a teacher-based estimator or loss without model.teacher_path fails at load time, naming the
+key to set; with a teacher it loads."""
 
 from __future__ import annotations
 
@@ -27,4 +28,6 @@ def test_teacher_methods_fail_at_load_naming_the_key(tmp_path: Path, override: s
     with pytest.raises(ConfigError) as err:
         load_config(recipe, [override])
     msg = str(err.value)
-    assert key in msg and "teacher_logprobs" in msg and "docs/distillation.md" in msg
+    assert "model.teacher_path" in msg and key in msg and "docs/distillation.md" in msg
+    cfg = load_config(recipe, [override, "model.teacher_path=builtin-teacher"])
+    assert cfg.model.teacher_path == "builtin-teacher"

@@ -26,6 +26,9 @@ class LoraSpec(Strict):
 class ModelConfig(Strict):
     path: str = Field("builtin", description="Local HF checkpoint dir, or 'builtin' for the shipped model.")
     reference_path: str | None = Field(None, description="Frozen reference for the KL term; default: path.")
+    teacher_path: str | None = Field(None, description="Frozen teacher for distillation (an algorithm that "
+                                     "takes teacher_logprobs): a local HF dir or 'builtin-teacher'. It must "
+                                     "share the policy's tokenizer.")
     tokenizer_path: str | None = Field(None, description="Tokenizer dir; default: path.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="auto: float32 on CPU, bfloat16 on GPU."

@@ -80,12 +80,12 @@ def _algorithm_problems(cfg: Config) -> list[str]:
             )
     if a.loss.name in LOSSES:
         problems += check_inputs(LOSSES.get(a.loss.name), LOSS_INPUTS, f"algorithm.loss '{a.loss.name}'")
-    # The teacher's log-probs have a name but no provider yet: fail at load, not at the first step.
+    # an algorithm that grades tokens by a teacher needs one (model.teacher_path): say so at load
     for key, reg, name in (("advantage", ADVANTAGES, a.advantage.name), ("loss", LOSSES, a.loss.name)):
-        if name in reg and "teacher_logprobs" in tensor_inputs(reg.get(name)):
-            problems.append(f"algorithm.{key}: '{name}' needs a teacher model's log-probs (teacher_logprobs), and "
-                            "the teacher role is not wired into training yet (docs/distillation.md); choose "
-                            "another algorithm")
+        if name in reg and "teacher_logprobs" in tensor_inputs(reg.get(name)) and cfg.model.teacher_path is None:
+            problems.append(f"model.teacher_path: algorithm.{key} '{name}' scores tokens by a teacher model's "
+                            "log-probs; set model.teacher_path to a local checkpoint that shares the policy's "
+                            "tokenizer (or builtin-teacher); see docs/distillation.md")
     if "values" in adv_inputs and a.critic is None:
         problems.append(f"algorithm.critic: the '{a.advantage.name}' advantage needs a value model; set "
                         "algorithm.critic.kind=separate (its own backbone) or head (a value head on the policy)")

@@ -64,7 +64,7 @@ class LearnerWorker:
         """Join the process group, then build the learner (every rank from the same seed: identical replicas)."""
         import torch.distributed as dist
 
-        from rlvr.learner import Learner, build_critic, needs_reference
+        from rlvr.learner import Learner, build_critic, needs_reference, needs_teacher
         from rlvr.models import load_causal_lm, resolve_device, resolve_dtype
         from rlvr.runtime import seed_everything
 
@@ -84,7 +84,11 @@ class LearnerWorker:
         if needs_reference(cfg):
             reference = load_causal_lm(cfg.model.reference_path or cfg.model.path, dtype=dtype, device=device,
                                        trust_remote_code=cfg.model.trust_remote_code, trainable=False)
-        self.learner = Learner(policy, cfg, reference, build_critic(cfg, policy, dtype, device))
+        teacher = None
+        if needs_teacher(cfg):
+            teacher = load_causal_lm(cfg.model.teacher_path, dtype=dtype, device=device,
+                                     trust_remote_code=cfg.model.trust_remote_code, trainable=False)
+        self.learner = Learner(policy, cfg, reference, build_critic(cfg, policy, dtype, device), teacher=teacher)
 
     def learn(self, groups: list[Group], pad_id: int) -> tuple[dict[str, float], list[Any]]:
         """One RL update on this rank's groups; returns its metrics and each sample's advantage, in order."""

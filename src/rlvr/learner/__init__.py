@@ -2,7 +2,7 @@
 the frozen log-prob model (reference), and one RL update on a step's groups."""
 
 from rlvr.learner.critic import Critic, build_critic
-from rlvr.learner.learner import Learner, algorithm_inputs, needs_reference
+from rlvr.learner.learner import Learner, algorithm_inputs, needs_reference, needs_teacher
 from rlvr.learner.logprob_model import LocalLogProbModel, as_logprob_model
 from rlvr.learner.step import LocalTrainable, learn_on, record_advantages
 
@@ -16,5 +16,6 @@ __all__ = [
     "build_critic",
     "learn_on",
     "needs_reference",
+    "needs_teacher",
     "record_advantages",
 ]

@@ -63,12 +63,19 @@ def needs_reference(cfg: Config) -> bool:
     return cfg.algorithm.kl_coef > 0 or "ref_logprobs" in algorithm_inputs(cfg)
 
 
+def needs_teacher(cfg: Config) -> bool:
+    return "teacher_logprobs" in algorithm_inputs(cfg)
+
+
 class Learner:
-    def __init__(self, model: torch.nn.Module, cfg: Config, reference: Any = None, critic: Critic | None = None):
+    def __init__(self, model: torch.nn.Module, cfg: Config, reference: Any = None, critic: Critic | None = None,
+                 teacher: Any = None):
         self.model = model
-        # the KL reference: a log-prob model (here or on Ray); a bare module is wrapped as one
-        self.reference = None if reference is None else \
-            as_logprob_model(reference, cfg.train.micro_batch_size, cfg.train.pack_tokens)
+        # the KL reference and the distillation teacher: log-prob models (here or on Ray); a bare module is
+        # wrapped as one
+        self.reference, self.teacher = (None if m is None else
+                                        as_logprob_model(m, cfg.train.micro_batch_size, cfg.train.pack_tokens)
+                                        for m in (reference, teacher))
         self.critic = critic
         self.cfg = cfg
         alg = cfg.algorithm
@@ -180,6 +187,9 @@ class Learner:
         if needs_reference(self.cfg):
             assert self.reference is not None, "a reference model is needed but was not loaded"
             batch.ref_logprobs = self.reference.token_logprobs(batch, self.temperature).to(self.device)
+        if needs_teacher(self.cfg):
+            assert self.teacher is not None, "a teacher model is needed but was not loaded"
+            batch.teacher_logprobs = self.teacher.token_logprobs(batch, self.temperature).to(self.device)
         if self.critic is not None:
             batch.values = self._values_all(batch)
 
@@ -198,6 +208,7 @@ class Learner:
             "mask": batch.mask, "response_lengths": batch.response_lengths, "old_logprobs": batch.old_logprobs,
             "ref_logprobs": batch.ref_logprobs, "entropy": entropy, "values": batch.values,
             "token_rewards": token_rewards, "input_ids": batch.input_ids, "off_policy": batch.off_policy,
+            "teacher_logprobs": batch.teacher_logprobs,
         }
 
     def compute_advantages(self, batch: Batch, inputs: dict[str, Any]) -> torch.Tensor:
@@ -363,6 +374,7 @@ class Learner:
             "entropy": out.entropy, "ref_logprobs": mb.ref_logprobs, "behaviour_logprobs": mb.behaviour_logprobs,
             "rewards": mb.rewards, "correct": mb.correct, "group_ids": mb.group_ids,
             "response_lengths": mb.response_lengths, "off_policy": mb.off_policy,
+            "teacher_logprobs": mb.teacher_logprobs,
         }
         per_token, diag = call_with_inputs(self.loss_fn, available, f"loss '{alg.loss.name}'")
         if self.tis_cap is not None and mb.behaviour_logprobs is not None:

@@ -1,7 +1,8 @@
 """Loading policy, frozen reference and tokenizer from a local Hugging Face checkpoint directory.
 
-`path: builtin` means the small model shipped inside the package (`rlvr/models/builtin/`), and `builtin-vl`
-its tiny vision-language sibling (`rlvr/models/builtin_vl/`, see `rlvr.models.vision`). Anything else
+`path: builtin` means the small model shipped inside the package (`rlvr/models/builtin/`), `builtin-vl`
+its tiny vision-language sibling (`rlvr/models/builtin_vl/`, see `rlvr.models.vision`), and `builtin-teacher`
+the built-in model after GRPO training (`rlvr/models/builtin_teacher/`, a teacher for distillation). Anything else
 must be a local directory holding a transformers checkpoint (config.json plus weights), e.g. a downloaded
 Qwen2.5-0.5B-Instruct. Nothing is downloaded at run time.
 """
@@ -18,24 +19,27 @@ log = logging.getLogger(__name__)
 
 BUILTIN_DIR = Path(__file__).parent / "builtin"
 BUILTIN_VL_DIR = Path(__file__).parent / "builtin_vl"
+BUILTIN_TEACHER_DIR = Path(__file__).parent / "builtin_teacher"
 
 
 class ModelError(ValueError):
     """A model or tokenizer cannot be used. The message names the config key and the fix."""
 
 
+# The models shipped in the package: name -> (directory, what it is, the script that rebuilds it)
+BUILTIN_MODELS = {
+    "builtin": (BUILTIN_DIR, "the built-in model", "scripts/build_base_model.py"),
+    "builtin-vl": (BUILTIN_VL_DIR, "the built-in VLM", "scripts/build_vl_model.py"),
+    "builtin-teacher": (BUILTIN_TEACHER_DIR, "the built-in teacher", "scripts/build_teacher_model.py"),
+}
+
+
 def resolve_model_path(path: str | Path, key: str = "model.path") -> Path:
-    if str(path) == "builtin":
-        p = BUILTIN_DIR
+    if str(path) in BUILTIN_MODELS:
+        p, what, script = BUILTIN_MODELS[str(path)]
         if not (p / "config.json").is_file():
-            raise ModelError(f"{key}: the built-in model is missing from {p}; rebuild it with "
-                             "`python scripts/build_base_model.py` or reinstall rlvr")
-        return p
-    if str(path) == "builtin-vl":
-        p = BUILTIN_VL_DIR
-        if not (p / "config.json").is_file():
-            raise ModelError(f"{key}: the built-in VLM is missing from {p}; rebuild it with "
-                             "`python scripts/build_vl_model.py` or reinstall rlvr")
+            raise ModelError(f"{key}: {what} is missing from {p}; rebuild it with `python {script}` or "
+                             "reinstall rlvr")
         return p
     p = Path(path).expanduser()
     if not p.exists():

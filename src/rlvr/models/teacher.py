@@ -72,5 +72,5 @@ def check_teacher_tokenizer(student_path: str | Path, teacher_path: str | Path, 
                             trust_remote_code: bool = False) -> None:
     """Load both tokenizers (local directories or 'builtin') and `check_same_tokenizer` them."""
     student = load_tokenizer(student_path, trust_remote_code=trust_remote_code, key="model.path")
-    teacher = load_tokenizer(teacher_path, trust_remote_code=trust_remote_code, key="teacher.path")
+    teacher = load_tokenizer(teacher_path, trust_remote_code=trust_remote_code, key="model.teacher_path")
     check_same_tokenizer(student, teacher, student_path=student_path, teacher_path=teacher_path)

@@ -8,6 +8,7 @@ reads `distributed.*`.
     generator     build_engine(rollout.engine)        RayEngine (backend: ray; rollout_workers actors)
     scorer        RewardFunction(rewards)             its verifiers on RayVerifierPool (reward_workers)
     reference     LocalLogProbModel (in the learner)  RemoteReference (reference_worker), or one per learner rank
+    teacher       LocalLogProbModel (in the learner)  RemoteReference (reference_worker), or one per learner rank
     trainable     LocalTrainable(Learner), FSDP2      RayLearnerGroup (learner_workers ranks)
 """
 
@@ -23,7 +24,14 @@ import torch
 from rich.markup import escape
 
 from rlvr.config import Config
-from rlvr.learner import Learner, LocalLogProbModel, LocalTrainable, build_critic, needs_reference
+from rlvr.learner import (
+    Learner,
+    LocalLogProbModel,
+    LocalTrainable,
+    build_critic,
+    needs_reference,
+    needs_teacher,
+)
 from rlvr.models import check_vocab, load_causal_lm, resolve_dtype
 from rlvr.models.lora import apply_lora, lora_summary
 from rlvr.parallel import data_parallel as dp
@@ -45,6 +53,7 @@ class Roles:
     scorer: RewardFunction
     trainable: Trainable
     reference: LogProbModel | None = None  # inside the trainable; None when each Ray learner rank holds its own
+    teacher: LogProbModel | None = None  # the same, for distillation (model.teacher_path)
     env_factory: Any = None  # agent runs: one environment per episode, tools built once
     _opened: list[Any] = field(default_factory=list, repr=False)  # everything to close, in creation order
 
@@ -80,10 +89,10 @@ def _place(cfg: Config, tokenizer: Any, device: torch.device, checkpoint: Path |
     dtype = resolve_dtype(cfg.model.dtype, device)
     weights = str(checkpoint or cfg.model.path)
     policy = load_policy(cfg, tokenizer, device, dtype, checkpoint)
-    # a Ray learner rank holds its own reference; otherwise the learner here holds this one
+    # a Ray learner rank holds its own reference and teacher; otherwise the learner here holds these
     reference = None if d.learner_workers else place_reference(cfg, device, dtype)
-    if reference is not None:
-        opened.append(reference)
+    teacher = None if d.learner_workers else place_teacher(cfg, device, dtype)
+    opened += [m for m in (reference, teacher) if m is not None]
 
     if d.backend == "ray":  # rollout workers as Ray actors, behind the same engine interface
         from rlvr.distributed.ray_engine import RayEngine
@@ -119,14 +128,14 @@ def _place(cfg: Config, tokenizer: Any, device: torch.device, checkpoint: Path |
             learner_model = shard_model(copy.deepcopy(policy))
         elif d.learner == "fsdp2":
             log.warning("distributed.learner=fsdp2 shards over torchrun ranks; with one process it trains unsharded")
-        trainable = LocalTrainable(Learner(learner_model, cfg, reference, build_critic(cfg, policy, dtype, device)),
-                                   tokenizer.pad_token_id)
+        learner = Learner(learner_model, cfg, reference, build_critic(cfg, policy, dtype, device), teacher=teacher)
+        trainable = LocalTrainable(learner, tokenizer.pad_token_id)
     opened.append(trainable)
     env_factory = build_env_factory(cfg.agent) if cfg.agent is not None else None
     if env_factory is not None:
         opened.append(env_factory)
     return Roles(policy=policy, generator=generator, scorer=scorer, trainable=trainable, reference=reference,
-                 env_factory=env_factory, _opened=opened)
+                 teacher=teacher, env_factory=env_factory, _opened=opened)
 
 
 def load_policy(cfg: Config, tokenizer: Any, device: torch.device, dtype: torch.dtype,
@@ -157,4 +166,18 @@ def place_reference(cfg: Config, device: torch.device, dtype: torch.dtype) -> Lo
         return RemoteReference(cfg, path)
     model = load_causal_lm(path, dtype=dtype, device=device, trust_remote_code=cfg.model.trust_remote_code,
                            trainable=False, key="model.reference_path" if cfg.model.reference_path else "model.path")
+    return LocalLogProbModel(model, cfg.train.micro_batch_size, cfg.train.pack_tokens)
+
+
+def place_teacher(cfg: Config, device: torch.device, dtype: torch.dtype) -> LogProbModel | None:
+    """The frozen distillation teacher, if the algorithm grades tokens by one: placed as the reference is."""
+    if not needs_teacher(cfg):
+        return None
+    assert cfg.model.teacher_path is not None  # the config check asks for it
+    if cfg.distributed.reference_worker:
+        from rlvr.distributed.ray_groups import RemoteReference
+
+        return RemoteReference(cfg, cfg.model.teacher_path)
+    model = load_causal_lm(cfg.model.teacher_path, dtype=dtype, device=device,
+                           trust_remote_code=cfg.model.trust_remote_code, trainable=False, key="model.teacher_path")
     return LocalLogProbModel(model, cfg.train.micro_batch_size, cfg.train.pack_tokens)

@@ -8,8 +8,9 @@ from typing import Any
 import torch
 
 from rlvr.config import Config, ConfigError
-from rlvr.learner import needs_reference
+from rlvr.learner import needs_reference, needs_teacher
 from rlvr.models import load_tokenizer, resolve_device, resolve_dtype, resolve_model_path
+from rlvr.models.teacher import check_teacher_tokenizer
 from rlvr.rollout import ENGINES, build_env_factory
 from rlvr.tasks import PromptRenderer, build_task
 from rlvr.tracking import check_sinks
@@ -29,6 +30,8 @@ def preflight(cfg: Config, multi_rank: bool) -> tuple[Any, Any, torch.device]:
     resolve_model_path(cfg.model.path)
     if needs_reference(cfg) and cfg.model.reference_path:
         resolve_model_path(cfg.model.reference_path, "model.reference_path")
+    if needs_teacher(cfg):  # a teacher grades the policy's tokens by id: the same tokenizer, checked now
+        check_teacher_tokenizer(cfg.model.tokenizer_path or cfg.model.path, cfg.model.teacher_path)
     device = resolve_device(cfg.model.device)
     PromptRenderer(task, tokenizer, cfg.model.chat_template)
     check_sinks(cfg.logging.sinks)
