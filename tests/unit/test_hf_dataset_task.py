@@ -141,17 +141,35 @@ def test_recipe_with_hf_dataset_validates(data: Path) -> None:
 # -- bad input: errors that name the key and the fix; bad rows skipped and counted ---------------------
 
 
-def test_bad_rows_are_skipped_and_counted_once(tmp_path: Path, caplog) -> None:
+class _Records(logging.Handler):
+    """Collects log records at the task's own logger (a run may have set `rlvr` not to propagate to caplog)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def test_bad_rows_are_skipped_and_counted_once(tmp_path: Path) -> None:
     rows = [{"problem": f"What is {i}+{i}?", "solution": 2 * i} for i in range(20)]
     rows[3]["problem"] = None
     rows[4]["problem"] = "   "
     rows[5]["solution"] = None
     del rows[6]["solution"]
     datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "messy"))
-    with caplog.at_level(logging.WARNING, logger="rlvr.tasks.hf_dataset"):
+    records, logger = _Records(), logging.getLogger("rlvr.tasks.hf_dataset")
+    # another test's import may have run logging.config.dictConfig, which disables loggers that already exist
+    disabled, logger.disabled = logger.disabled, False
+    logger.addHandler(records)
+    try:
         task = _task(tmp_path, str(tmp_path / "messy"))
+    finally:
+        logger.removeHandler(records)
+        logger.disabled = disabled
     assert task.bad_rows == 4 and len(task.train) + len(task.heldout) == 16
-    warnings = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    warnings = [m for m in records.messages if "skipped" in m]
     assert len(warnings) == 1 and "skipped 4 rows" in warnings[0]
 
 
@@ -173,7 +191,7 @@ def test_missing_field_lists_the_fields(data: Path, tmp_path: Path) -> None:
 def test_unknown_split_lists_the_splits(data: Path, tmp_path: Path) -> None:
     with pytest.raises(TaskError, match="task.split: split 'validation' not found.*splits are: test, train"):
         _task(tmp_path, str(data / "dict"), split="validation")
-    with pytest.raises(TaskError, match="split 'dev' not found.*splits are: train"):
+    with pytest.raises(TaskError, match="task.heldout_split: split 'dev' not found.*splits are: train"):
         _task(tmp_path, str(data / "d.parquet"), heldout_split="dev")
 
 
@@ -231,3 +249,12 @@ def test_without_datasets_the_error_names_the_extra(data: Path, tmp_path: Path, 
     monkeypatch.setitem(sys.modules, "datasets", None)  # `import datasets` now raises ImportError
     with pytest.raises(TaskError, match=r"pip install 'rlvr\[hf\]'"):
         _task(tmp_path, str(data / "disk"))
+
+
+def test_importing_rlvr_does_not_import_datasets() -> None:
+    import subprocess
+
+    code = "import sys, rlvr.tasks, rlvr.config; assert 'datasets' not in sys.modules, 'datasets was imported'"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert res.returncode == 0, res.stderr

@@ -101,8 +101,10 @@ def local_source(path: str | list[str]) -> tuple[str, Path | list[str]]:
     return "files", files
 
 
-def load_split(path: str | list[str], split: str, *, streaming: bool, cache_dir: str | None) -> Any:
-    """One split of a local dataset: a `datasets.Dataset`, or an `IterableDataset` when `streaming`."""
+def load_split(path: str | list[str], split: str, *, streaming: bool, cache_dir: str | None,
+               key: str = "split") -> Any:
+    """One split of a local dataset: a `datasets.Dataset`, or an `IterableDataset` when `streaming`. `key` is the
+    config key that named the split (`split` or `heldout_split`), for the errors."""
     kind, where = local_source(path)
     with _offline() as datasets:
         if kind == "disk":
@@ -110,7 +112,7 @@ def load_split(path: str | list[str], split: str, *, streaming: bool, cache_dir:
             for state in (where / "state.json", where / split / "state.json"):
                 # datasets cannot load a saved split without rows (0 shards); report it as empty instead
                 if state.is_file() and json.loads(state.read_text()).get("_data_files") == []:
-                    raise TaskError(f"task.split: split '{split}' of '{where}' has no rows; "
+                    raise TaskError(f"task.{key}: split '{split}' of '{where}' has no rows; "
                                     "give a dataset with rows (or another split)")
             loaded = datasets.load_from_disk(str(where))  # memory-mapped Arrow: nothing is read up front
         elif kind == "dir":
@@ -124,8 +126,8 @@ def load_split(path: str | list[str], split: str, *, streaming: bool, cache_dir:
         else:
             splits = dict(loaded)
     if split not in splits:
-        raise TaskError(f"task.split: split '{split}' not found in '{_show(path)}'; splits are: "
-                        f"{', '.join(sorted(splits))}. Set task.split (or task.heldout_split) to one of them.")
+        raise TaskError(f"task.{key}: split '{split}' not found in '{_show(path)}'; splits are: "
+                        f"{', '.join(sorted(splits))}. Set task.{key} to one of them.")
     ds = splits[split]
     if streaming and hasattr(ds, "to_iterable_dataset"):
         ds = ds.to_iterable_dataset()  # a save_to_disk dataset, iterated instead of materialized
@@ -202,7 +204,7 @@ class HfDatasetTask(ReferenceAnswerTask):
                          "give a dataset with rows (or another split)")
 
     def _read(self, split: str, key: str) -> list[TaskRecord]:
-        ds = load_split(self.path, split, streaming=self.streaming, cache_dir=self.cache_dir)
+        ds = load_split(self.path, split, streaming=self.streaming, cache_dir=self.cache_dir, key=key)
         if not self.streaming and self.max_rows is not None:
             ds = ds.select(range(min(self.max_rows, len(ds))))
         rows: Iterable[dict[str, Any]] = ds if self.streaming else _batched_rows(ds, list(self.fields.values()))
