@@ -4,6 +4,7 @@ from rlvr.tasks import (  # noqa: F401  (registration)
     addition,
     code,
     guess_number,
+    hf_dataset,
     jsonl,
     preference_judge,
     reasoning_gym,

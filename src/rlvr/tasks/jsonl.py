@@ -76,8 +76,36 @@ def read_rows(path: Path, max_row_bytes: int = MAX_ROW_BYTES) -> list[tuple[int,
     return rows
 
 
+AnswerCheck = Literal["exact", "numeric", "math"]
+
+
+class ReferenceAnswerTask(Task):
+    """A task whose records carry a reference answer: the response's answer is extracted (`extract`) and compared
+    with it (`verifier`: exact text, numbers, or math-verify). Subclasses set `self.verifier` and `self.extract`;
+    `jsonl` and `hf_dataset` share it."""
+
+    verifier: AnswerCheck = "math"
+    extract: ExtractMode = "auto"
+
+    def _check(self, a: str, b: str) -> tuple[bool, str]:
+        return {"exact": exact_equal, "numeric": numbers_equal, "math": math_equal}[self.verifier](a, b)
+
+    def extract_answer(self, response: str) -> str | None:
+        return extract_answer(response, self.extract)
+
+    def answers_match(self, a: str, b: str) -> bool:
+        return self._check(a, b)[0]
+
+    def verify(self, response: str, record: TaskRecord) -> VerifyResult:
+        found = extract_answer(response, self.extract)
+        if found is None:
+            return VerifyResult(0.0, False, "no answer found")
+        ok, reason = self._check(found, record.answer)
+        return VerifyResult(float(ok), ok, reason, found)
+
+
 @TASKS.register("jsonl")
-class JsonlTask(Task):
+class JsonlTask(ReferenceAnswerTask):
     """Prompts and reference answers from a file; the answer is extracted and compared by `verifier`.
 
     Without `eval_path`, a seeded `eval_fraction` of the rows is held out. Rows whose prompt appears in the
@@ -97,7 +125,7 @@ class JsonlTask(Task):
         answer_column: str = "answer",
         difficulty_column: str | None = None,
         source_column: str | None = None,
-        verifier: Literal["exact", "numeric", "math"] = "math",
+        verifier: AnswerCheck = "math",
         extract: ExtractMode = "auto",
         on_bad_row: Literal["skip", "error"] = "skip",
         seed: Annotated[int, Field(ge=0)] = 0,
@@ -164,18 +192,3 @@ class JsonlTask(Task):
             if value is None or (isinstance(value, str) and not value.strip()):
                 return f"empty or missing '{self.columns[role]}'"
         return None
-
-    def extract_answer(self, response: str) -> str | None:
-        return extract_answer(response, self.extract)
-
-    def answers_match(self, a: str, b: str) -> bool:
-        check = {"exact": exact_equal, "numeric": numbers_equal, "math": math_equal}[self.verifier]
-        return check(a, b)[0]
-
-    def verify(self, response: str, record: TaskRecord) -> VerifyResult:
-        found = extract_answer(response, self.extract)
-        if found is None:
-            return VerifyResult(0.0, False, "no answer found")
-        check = {"exact": exact_equal, "numeric": numbers_equal, "math": math_equal}[self.verifier]
-        ok, reason = check(found, record.answer)
-        return VerifyResult(float(ok), ok, reason, found)
