@@ -86,7 +86,7 @@ class OpenEnvServer:
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
-                self.proc.wait(timeout=10)
+                self.proc.wait(timeout=3)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
@@ -169,7 +169,12 @@ class OpenEnvEnvironment(Environment):
     def step(self, action: str) -> StepResult:
         if self._final is not None:
             return StepResult("", 0.0, True, {"episode": self._final})
-        result = self.client.step({self.action_field: action})  # a failure here: the agent loop logs it, scores 0
+        try:
+            result = self.client.step({self.action_field: action})
+        except Exception as err:  # a server error or timeout ends this episode, never the run
+            error = f"step failed: {type(err).__name__}: {err}"
+            log.warning("OpenEnv environment (%s): %s", self.url or self.server, error)
+            return StepResult("", 0.0, True, {"episode": {"error": error}})
         reward = self._reward(result.reward)
         info: dict[str, Any] = {"metadata": result.metadata or {}}
         if result.done:

@@ -37,7 +37,8 @@ class OpenEnvTask(Task):
 
         def record(split: str, i: int, s: int) -> TaskRecord:
             # the question must differ per record (held-out questions never reappear in training)
-            return TaskRecord(id=f"openenv-{split}-{i}", question=f"episode seed {s}", source="openenv",
+            return TaskRecord(id=f"openenv-{split}-{i}", question=f"episode seed {s}", answer="",
+                              source="openenv",
                               meta={"seed": s, "reset_kwargs": dict(reset_kwargs)})
 
         self._heldout = [record("heldout", i, s) for i, s in enumerate(seeds[:eval_size])]
