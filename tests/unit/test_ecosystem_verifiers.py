@@ -211,3 +211,17 @@ def test_the_config_accepts_the_documented_command():
                       ["task.name=verifiers", "task.env=rlvr_vf_arith", "task.env_args={num_tasks: 2000}",
                        "rewards=[{name: verifiers_rubric}]"])
     assert cfg.task.name == "verifiers" and cfg.task.params["env_args"] == {"num_tasks": 2000}
+
+
+def test_default_correctness_reward_scores_the_rubric_in_the_worker_pool(tok):
+    from rlvr.rewards import CorrectnessReward
+
+    task = arith()
+    engine = ScriptedEngine(tok, answer_policy(lambda ctx: f"A:{add(ctx)}"))
+    groups = rollout_groups(engine, PromptRenderer(task, tok), list(task.train[:2]), SamplingParams(n=2))
+    correctness = CorrectnessReward(workers=2, timeout=60)
+    try:
+        RewardFunction([("correctness", 1.0, correctness)])(groups, task)
+    finally:
+        correctness.close()
+    assert all(s.reward == pytest.approx(1.1) and s.correct for g in groups for s in g.samples)
