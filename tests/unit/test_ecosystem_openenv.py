@@ -119,3 +119,11 @@ def test_observation_text_and_config_errors():
 def test_a_server_that_does_not_start_says_why():
     with pytest.raises(RuntimeError, match="exited with code"):
         openenv_env.OpenEnvServer("no_such_module_xyz:app", start_timeout=60)
+
+
+def test_missing_openenv_names_the_install(monkeypatch):
+    from rlvr.tasks.ecosystem import EnvironmentPackageError
+
+    monkeypatch.setitem(sys.modules, "openenv.core", None)
+    with pytest.raises(EnvironmentPackageError, match=r"pip install 'rlvr\[envs\]' && pip install --no-deps"):
+        openenv_env.OpenEnvEnvironment(url="http://x")

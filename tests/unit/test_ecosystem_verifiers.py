@@ -100,6 +100,15 @@ def test_a_failing_rubric_function_scores_zero_with_the_reason(mode, reason):
     assert f"correct_answer: {reason}" in result.reason
 
 
+def test_a_hanging_sync_function_costs_its_timeout():
+    task = arith(env_args={"task": {"misbehave": "hang_sync"}}, timeout=0.5)
+    r = task.train[0]
+    start = time.monotonic()
+    result = task.verify(f"A:{r.answer}", r)
+    assert time.monotonic() - start < 5
+    assert result.reward == pytest.approx(1.0) and "has_answer_line: timed out after 0.5s" in result.reason
+
+
 def test_rubric_reward_logs_each_function_and_sets_correct(tok):
     task = arith()
     records = list(task.train[:2])

@@ -133,6 +133,7 @@ class OpenEnvEnvironment(Environment):
                  timeout: Annotated[float, Field(gt=0, description="seconds per reset or step")] = 60.0,
                  start_timeout: Annotated[float, Field(gt=0)] = 60.0):
         super().__init__(toolset)
+        self.core = require("openenv.core", "agent.environment=openenv (an OpenEnv client)")
         if (url is None) == (server is None):
             raise ValueError("agent.environment: set exactly one of url (a running OpenEnv server) or server "
                              f"(module:app for rlvr to start); got url={url!r}, server={server!r}")
@@ -147,10 +148,9 @@ class OpenEnvEnvironment(Environment):
         return []
 
     def reset(self, record: TaskRecord) -> str:
-        core = require("openenv.core", "agent.environment=openenv (an OpenEnv client)")
         try:
             url = self.url or server_url(self.server, self.server_factory, self.start_timeout)  # type: ignore[arg-type]
-            self.client = core.GenericEnvClient(base_url=url, connect_timeout_s=min(self.timeout, 30.0),
+            self.client = self.core.GenericEnvClient(base_url=url, connect_timeout_s=min(self.timeout, 30.0),
                                                 message_timeout_s=self.timeout).sync()
             self.client.connect()
             kwargs = dict(record.meta.get("reset_kwargs") or {})

@@ -38,10 +38,6 @@ from rlvr.types import TaskRecord
 log = logging.getLogger(__name__)
 
 
-class _EpisodeOver(Exception):
-    """rlvr ended the episode (turn limit, token limit) while the environment waited for a reply."""
-
-
 @ENVIRONMENTS.register("verifiers")
 class VerifiersEnvironment(Environment):
     """The task's verifiers environment (task.name=verifiers), one episode per instance."""
@@ -142,9 +138,7 @@ class VerifiersEnvironment(Environment):
             if setup is not None and "agents" in inspect.signature(setup).parameters:
                 await setup(agents)
             await vf_env.run(vf_task, agents)
-        except _EpisodeOver:
-            return
-        except asyncio.CancelledError:
+        except asyncio.CancelledError:  # rlvr ended the episode (turn or token limit) or it timed out
             return
         except Exception as err:  # an environment bug ends this episode, scored 0
             error = f"{type(err).__name__}: {err}"

@@ -76,6 +76,22 @@ def _key(name: str, args: Mapping[str, Any], max_tasks: int | None) -> str:
     return repr((name, sorted((k, repr(v)) for k, v in args.items()), max_tasks))
 
 
+def installed_environment_packages() -> list[str]:
+    """Installed distributions that require verifiers (environment packages, as the Environments Hub installs)."""
+    import importlib.metadata as md
+    import re
+
+    names = set()
+    for dist in md.distributions():
+        name = dist.metadata.get("Name") or ""
+        if name.lower() == "verifiers":
+            continue
+        if any(re.match(r"verifiers\b(?![-_.])", r.strip().lower()) and "extra ==" not in r
+               for r in dist.requires or []):
+            names.add(name)
+    return sorted(names)
+
+
 def builtin_environments(vf: Any) -> list[str]:
     """The taskset ids that ship inside verifiers itself (`verifiers.v1.tasksets`)."""
     from verifiers.v1 import tasksets
@@ -99,7 +115,8 @@ def load_verifiers_environment(name: str, args: Mapping[str, Any] | None = None,
             f"task.env: no verifiers environment {name!r} is installed ({err}). An environment is an importable "
             f"package exporting a vf.Taskset subclass in its __all__: install it (pip install <package>, or from "
             f"the Environments Hub) or put its directory on PYTHONPATH. Environments inside verifiers itself: "
-            f"{', '.join(builtin_environments(vf))}") from err
+            f"{', '.join(builtin_environments(vf))}; installed packages that depend on verifiers: "
+            f"{', '.join(installed_environment_packages()) or 'none'}") from err
     except (AttributeError, TypeError, ValueError) as err:
         raise TaskError(f"task.env: {name!r} is not a verifiers environment: {err}") from err
     try:
@@ -194,7 +211,7 @@ async def score_trace(vf_task: Any, trace: Any, timeout: float) -> dict[str, Any
     available = {"task": vf_task.data, "trace": trace}
 
     async def call(fn: Any) -> Any:
-        result = await asyncio.wait_for(asyncio.to_thread(invoke, fn, available), timeout)
+        result = await asyncio.wait_for(_in_daemon_thread(invoke, fn, available), timeout)
         if inspect.isawaitable(result):
             result = await asyncio.wait_for(result, timeout)
         return result
@@ -231,6 +248,30 @@ async def score_trace(vf_task: Any, trace: Any, timeout: float) -> dict[str, Any
                 metrics[str(name)] = number
     total = sum(r["score"] * r["weight"] for r in rewards.values())
     return {"rewards": rewards, "metrics": metrics, "total": total, "errors": errors}
+
+
+def _in_daemon_thread(fn: Any, *args: Any) -> asyncio.Future[Any]:
+    """`fn(*args)` on a daemon thread: a sync function that never returns costs its timeout, and does not keep
+    the process from exiting (the default executor's threads are joined at exit)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def settle(ok: bool, value: Any) -> None:
+        if not future.done():
+            future.set_result(value) if ok else future.set_exception(value)
+
+    def target() -> None:
+        try:
+            result, ok = fn(*args), True
+        except BaseException as err:  # handed to the awaiting coroutine
+            result, ok = err, False
+        try:
+            loop.call_soon_threadsafe(settle, ok, result)
+        except RuntimeError:  # the loop is gone: the caller timed out long ago
+            pass
+
+    threading.Thread(target=target, name="rlvr-vf-reward", daemon=True).start()
+    return future
 
 
 def _number(value: Any) -> float | None:
