@@ -41,6 +41,7 @@ $(VENV)/.installed-core: pyproject.toml Makefile
 
 $(VENV)/.installed: $(VENV)/.installed-core
 	$(PIP) install --quiet -e ".[test]"
+	$(PIP) install --quiet --no-deps "openenv==0.10.*"  # its requirements pull gradio (pillow downgrade); see envs
 	touch $@
 
 install-demo: $(VENV)/.installed-core

@@ -5,7 +5,7 @@ Importing this package registers the built-in components: correctness (the task'
 self_certainty) and model-based (reward_model, judge).
 """
 
-from rlvr.rewards import agent, label_free, models, shaping  # noqa: F401  (registration)
+from rlvr.rewards import agent, ecosystem, label_free, models, shaping  # noqa: F401  (registration)
 from rlvr.rewards.base import (
     REWARDS,
     CorrectnessReward,

@@ -1,7 +1,7 @@
 """Rollout engines and the rollout stage: single-turn (`rollout_groups`) and multi-turn agentic
 (`agent_rollout_groups`, with environments and tools)."""
 
-from rlvr.rollout import fast, hf, vllm_engine  # noqa: F401  (registration)
+from rlvr.rollout import ecosystem, fast, hf, vllm_engine  # noqa: F401  (registration)
 from rlvr.rollout.agent import agent_metrics, agent_rollout_groups, build_env_factory
 from rlvr.rollout.base import ENGINES, RolloutEngine, SamplingParams, build_engine, rollout_groups
 from rlvr.rollout.env import ENVIRONMENTS, Environment, StepResult

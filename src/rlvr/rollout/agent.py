@@ -16,7 +16,8 @@ tokenized and appended with loss mask 0 and log-prob 0. The final Sample has
     text         the model's last turn (what the task's verifier scores: the final answer)
     meta         tool_calls, tool_errors, turns, tool_latency_s, truncated (None, "max_turns",
                  "max_total_tokens" or "turn_tokens"), obs_truncated, env_reward, turn_rewards, calls,
-                 turn_spans ([start, end) of each model turn in response_ids), transcript
+                 turn_spans ([start, end) of each model turn in response_ids), transcript, and env_episode
+                 (the `episode` dict of the environment's last `info`, e.g. a verifiers rubric's scores)
 """
 
 from __future__ import annotations
@@ -98,6 +99,7 @@ class _Episode:
     turn_rewards: list[float] = field(default_factory=list)
     obs_truncated: int = 0
     policy_version: int | None = None
+    episode: dict[str, Any] | None = None  # what the environment reported when the episode ended (info["episode"])
     done: bool = False
     finish_reason: str = "stop"
     truncated: str | None = None
@@ -208,6 +210,8 @@ def _apply(e: _Episode, result: StepResult, fmt: AgentFormat, cfg: AgentConfig, 
     info = info or {}
     calls = list(info.get("calls", []))
     e.calls.extend(calls)
+    if info.get("episode") is not None:
+        e.episode = dict(info["episode"])
     errors = sum(not c.get("ok", False) for c in calls)
     e.turn_rewards.append(cfg.env_reward_scale * float(reward) - cfg.tool_error_penalty * errors - cfg.turn_penalty)
     if done:
@@ -248,6 +252,7 @@ def _to_groups(records: Sequence[TaskRecord], episodes: list[_Episode], tokenize
                     "env_reward": sum(e.turn_rewards), "turn_rewards": list(e.turn_rewards),
                     "calls": e.calls, "turn_spans": [list(s) for s in e.turn_spans],
                     "transcript": tokenizer.decode(e.response_ids, skip_special_tokens=False),
+                    **({"env_episode": e.episode} if e.episode is not None else {}),
                 },
             ))
         first = eps[0] if eps else None

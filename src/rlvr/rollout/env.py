@@ -10,6 +10,7 @@ the episode is over, and an `info` dict. The agent loop reads these `info` keys 
 
     tool_outputs  list[str]   one observation per tool call (rendered as separate tool messages)
     calls         list[dict]  per call: name, ok, error, latency_s, timed_out
+    episode       dict        on the last step: kept with the sample as `meta["env_episode"]` (JSON-able)
 
 `stop` lists the strings that end a model turn besides EOS; `observation_role` is `tool` (tool outputs) or
 `user` (a game's feedback).
