@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # real trainings: about 30-90 s each on 2 loaded cores
-
 from rlvr.config import load_config
 from rlvr.tracking import read_metrics
 from rlvr.trainer.loop import train
+
+pytestmark = pytest.mark.slow  # real trainings: about 30-90 s each on 2 loaded cores
 
 ROOT = Path(__file__).resolve().parents[2]
 ENVS = ROOT / "tests" / "fixtures" / "envs"
