@@ -211,7 +211,15 @@ def test_async_harness_and_its_own_reward(builtin, task):
 def test_concurrent_episodes_are_batched_into_one_engine_call(builtin, task):
     tok, fast = builtin
     engine = RecordingEngine(fast)
-    runner = runner_for(engine, tok, chat_harness, workers=16, batch_wait_ms=50)
+    ready = threading.Barrier(16, timeout=30)
+    http = openai.DefaultHttpxClient()
+
+    def harness(record, *, base_url, api_key, model):
+        client = openai.OpenAI(base_url=base_url, api_key=api_key, http_client=http)
+        ready.wait()  # 16 episodes in flight, each about to call the model
+        client.chat.completions.create(model=model, messages=[{"role": "user", "content": f"{record.question}="}])
+
+    runner = runner_for(engine, tok, harness, workers=16, batch_wait_ms=50)
     groups = rollout(runner, task, task.train[:4], n=4)
     sizes = [len(c["contexts"]) for c in engine.calls]
     assert sum(sizes) == 16 and max(sizes) > 1, sizes  # 16 episodes in flight shared engine calls

@@ -44,7 +44,7 @@ class AgentConfig(BaseModel):
                                 "model and the task record; it returns a reward, or None for the task's verifier.")
     harness_params: dict[str, Any] = Field(default_factory=dict, description="Extra keyword arguments of the harness.")
     harness_timeout: float = Field(120.0, gt=0, description="Seconds per episode; a harness past it is scored 0.")
-    harness_workers: int = Field(16, ge=1, description="Episodes in flight at once (threads running the harness).")
+    harness_workers: int = Field(64, ge=1, description="Episodes in flight at once (threads running the harness).")
 
     @field_validator("environment")
     @classmethod

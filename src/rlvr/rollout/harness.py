@@ -117,7 +117,7 @@ class HarnessRunner:
 
     def __init__(self, engine: RolloutEngine, tokenizer: Any, harness: str | Callable[..., Any], *, uses_chat: bool,
                  context_length: int, model_name: str = "policy", harness_params: dict[str, Any] | None = None,
-                 timeout: float = 120.0, workers: int = 16, max_calls: int = 4, batch_wait_ms: float = 5.0):
+                 timeout: float = 120.0, workers: int = 64, max_calls: int = 4, batch_wait_ms: float = 5.0):
         self.engine, self.tokenizer = engine, tokenizer
         self.fn = load_harness(harness) if isinstance(harness, str) else harness
         self.harness_params = dict(harness_params or {})

@@ -8,12 +8,10 @@ from typing import Any, Optional
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from rlvr.rollout.openai_server import APIError
-
 log = logging.getLogger("rlvr.rollout.openai_server")
 
 
-def build_app(server: Any) -> FastAPI:
+def build_app(server: Any, APIError: type) -> FastAPI:  # noqa: N803  (openai_server.APIError, passed in: no cycle)
     app = FastAPI(title="rlvr policy endpoint", docs_url=None, redoc_url=None, openapi_url=None)
 
     async def handle(request: Request, run: Any, episode: Optional[str]) -> JSONResponse:

@@ -541,4 +541,4 @@ def build_app(server: PolicyServer) -> Any:
     """The FastAPI app (rlvr.rollout.openai_app, imported only when a server starts)."""
     from rlvr.rollout.openai_app import build_app as build
 
-    return build(server)
+    return build(server, APIError)
