@@ -97,10 +97,10 @@ def assert_samples_are_what_the_engine_sampled(groups, engine):
         for start, end in s.meta["turn_spans"]:
             context = s.prompt_ids + s.response_ids[:start]
             match = [i for i, (c, o, lp) in enumerate(sampled)
-                     if c == context and o[: end - start] == s.response_ids[start:end]]
+                     if c == context and o[: end - start] == s.response_ids[start:end]
+                     and lp[: end - start] == s.logprobs[start:end]]  # exactly, not approximately
             assert match, "a model turn is not what the engine sampled for prompt + everything before it"
-            _, _, lps = sampled.pop(match[0])
-            assert s.logprobs[start:end] == pytest.approx(lps[: end - start], abs=0)
+            sampled.pop(match[0])
             assert s.loss_mask[start:end] == [1] * (end - start)
         assert sum(s.loss_mask) == sum(e - b for b, e in s.meta["turn_spans"])
 
@@ -307,7 +307,7 @@ def test_over_long_requests_get_an_openai_error_and_the_server_goes_on(builtin, 
     assert outcome["models"] == ["builtin"]
     s = groups[0].samples[0]
     assert s.meta["harness_error"] is None and s.meta["episode_calls"] == 1  # refused calls are not recorded
-    assert outcome["logprobs"] == pytest.approx(s.logprobs, abs=1e-6)
+    assert outcome["logprobs"] == s.logprobs  # JSON carries float64 exactly
 
 
 def test_a_failing_harness_is_scored_zero_with_the_reason_and_the_rollout_goes_on(builtin, task):
