@@ -150,6 +150,7 @@ class PolicyServer:
     def start(self) -> PolicyServer:
         import uvicorn
 
+        self._closed.clear()
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.host, 0))  # a free port, held from here on (no race with another process)
