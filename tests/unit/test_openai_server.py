@@ -188,6 +188,9 @@ def test_completions_continue_token_by_token_and_a_fresh_prompt_starts_a_new_sam
         first, second = g.samples
         assert first.meta["segments"] == 2 and first.meta["turns"] == 2 and second.meta["turns"] == 1
         assert tok.decode(second.prompt_ids) == "1+1="
+        assert first.text == second.text == second.meta["segment_text"]  # the episode's last completion
+        start, end = first.meta["turn_spans"][-1]
+        assert first.meta["segment_text"] == tok.decode(first.response_ids[start:end], skip_special_tokens=True)
         assert first.meta["harness_reward"] == second.meta["harness_reward"] == 0.5
     assert_samples_are_what_the_engine_sampled(groups, engine)
     scorer = RewardFunction([("harness", 1.0, HarnessReward(workers=0))])

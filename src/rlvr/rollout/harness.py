@@ -237,7 +237,9 @@ def _is_number(x: Any) -> bool:
 def episode_samples(outcome: EpisodeOutcome, episode: str, fallback_prompt: list[int], tokenizer: Any) -> list[Sample]:
     """The episode's calls as Samples: a chain of calls, each prompt extending the previous prompt + completion,
     is one Sample (the tokens in between with loss mask 0 and log-prob 0); a call that breaks the chain starts
-    the next Sample. An episode without calls is one untrained placeholder Sample (reward 0 when it failed)."""
+    the next Sample. Every Sample's `text` is the episode's last completion (the final answer a verifier
+    scores); `meta["segment_text"]` is its own chain's last one. An episode without calls is one untrained
+    placeholder Sample (reward 0 when it failed)."""
     meta = {"episode": episode, "harness_reward": outcome.reward, "harness_error": outcome.error,
             "harness_seconds": round(outcome.seconds, 4), "episode_calls": len(outcome.calls)}
     if not outcome.calls:
@@ -273,8 +275,8 @@ def episode_samples(outcome: EpisodeOutcome, episode: str, fallback_prompt: list
         last = chain[-1]
         samples.append(Sample(
             prompt_ids=list(head.prompt_ids), response_ids=response, logprobs=logprobs, loss_mask=mask,
-            finish_reason=last.finish_reason, policy_version=head.policy_version, text=last.text,
-            meta={**meta, "segment": k, "segments": len(chains), "turns": len(chain),
+            finish_reason=last.finish_reason, policy_version=head.policy_version, text=outcome.calls[-1].text,
+            meta={**meta, "segment": k, "segments": len(chains), "turns": len(chain), "segment_text": last.text,
                   "tool_calls": sum(c.tool_calls for c in chain), "tool_errors": 0,
                   "truncated": "turn_tokens" if last.finish_reason == "length" else None, "turn_spans": spans,
                   "transcript": tokenizer.decode(response, skip_special_tokens=False)}))
