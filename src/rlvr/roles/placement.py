@@ -38,8 +38,8 @@ from rlvr.parallel import data_parallel as dp
 from rlvr.rewards import RewardContext, RewardFunction
 from rlvr.roles.protocols import Generator, LogProbModel, Trainable
 from rlvr.rollout import HarnessRunner, build_engine, build_env_factory
-from rlvr.tasks.base import uses_chat_template
 from rlvr.runtime import console
+from rlvr.tasks.base import uses_chat_template
 
 log = logging.getLogger("rlvr.train")
 
@@ -134,7 +134,8 @@ def _place(cfg: Config, tokenizer: Any, device: torch.device, checkpoint: Path |
     opened.append(trainable)
     env_factory: Any = None
     if cfg.agent is not None and cfg.agent.harness is not None:  # the harness's endpoint in front of the generator
-        env_factory = HarnessRunner.from_config(cfg, generator, tokenizer, context_length=context_length(policy, tokenizer),
+        env_factory = HarnessRunner.from_config(cfg, generator, tokenizer,
+                                                context_length=context_length(policy, tokenizer),
                                                 uses_chat=uses_chat_template(tokenizer, cfg.model.chat_template))
     elif cfg.agent is not None:
         env_factory = build_env_factory(cfg.agent)
