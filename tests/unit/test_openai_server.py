@@ -110,7 +110,7 @@ def assert_samples_are_what_the_engine_sampled(groups, engine):
 
 def chat_harness(record, *, base_url, api_key, model):
     client = openai.OpenAI(base_url=base_url, api_key=api_key)
-    reply = client.chat.completions.create(model=model, messages=[{"role": "user", "content": f"{record.question}="}])
+    client.chat.completions.create(model=model, messages=[{"role": "user", "content": f"{record.question}="}])
     return None  # the task's verifier scores the last completion
 
 
