@@ -429,3 +429,16 @@ def test_asyncio_harness_runs_in_its_own_loop():
         return 2.0
 
     assert call_harness(fn, {"record": None, "base_url": "u", "api_key": "k", "model": "m"}) == 2.0
+
+
+def test_a_chat_template_conversation_continues_token_by_token_on_a_real_engine(tiny_chat_model_dir, task):
+    tok = load_tokenizer(tiny_chat_model_dir)
+    engine = RecordingEngine(build_engine("fast", {}, 64, load_causal_lm(tiny_chat_model_dir), tok))
+    runner = runner_for(engine, tok, two_turn_harness, uses_chat=True, context_length=256)
+    groups = rollout(runner, task, task.train[:2], n=2, max_new_tokens=12)
+    for s in (s for g in groups for s in g.samples):
+        assert s.meta["harness_error"] is None and s.meta["segments"] == 1 and s.meta["turns"] == 2
+        (_, a1), (b0, _) = s.meta["turn_spans"]
+        gap = tok.decode(s.response_ids[a1:b0])  # what the template adds after the model's turn
+        assert gap.endswith(f"<|end|><|user|>{_record(groups, s).question}=<|end|><|assistant|>")
+    assert_samples_are_what_the_engine_sampled(groups, engine)
