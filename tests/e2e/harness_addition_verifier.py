@@ -7,6 +7,6 @@ HTTP = openai.DefaultHttpxClient()  # one connection pool for all episodes (a cl
 
 
 def solve(record, *, base_url, api_key, model):
-    client = openai.OpenAI(base_url=base_url, api_key=api_key, http_client=HTTP, max_retries=0)
+    client = openai.OpenAI(base_url=base_url, api_key=api_key, http_client=HTTP)
     client.chat.completions.create(model=model, messages=[{"role": "user", "content": f"{record.question}="}])
     return None

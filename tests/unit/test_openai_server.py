@@ -442,3 +442,4 @@ def test_a_chat_template_conversation_continues_token_by_token_on_a_real_engine(
         gap = tok.decode(s.response_ids[a1:b0])  # what the template adds after the model's turn
         assert gap.endswith(f"<|end|><|user|>{_record(groups, s).question}=<|end|><|assistant|>")
     assert_samples_are_what_the_engine_sampled(groups, engine)
+

@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 
 SERVE_HINT = "pip install 'rlvr[serve]'"
 _PLACEHOLDER = "\x00RLVR_SAMPLED_TURN\x00"
+KEEP_ALIVE_S = 24 * 3600
 
 
 def require_serve() -> None:
@@ -155,7 +156,10 @@ class PolicyServer:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.host, 0))  # a free port, held from here on (no race with another process)
         self.port = sock.getsockname()[1]
-        config = uvicorn.Config(build_app(self), log_level="warning", lifespan="off", access_log=False)
+        # Keep idle connections for the whole run: a harness's pooled connection that the server closed while the
+        # learner trained (uvicorn's default: after 5 s) fails the next step's first request with a connection error.
+        config = uvicorn.Config(build_app(self), log_level="warning", lifespan="off", access_log=False,
+                                timeout_keep_alive=KEEP_ALIVE_S)
         self._server = uvicorn.Server(config)
         batcher = threading.Thread(target=self._batch_loop, name="rlvr-server-batcher", daemon=True)
         http = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, name="rlvr-server-http",
