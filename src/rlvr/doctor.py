@@ -53,8 +53,13 @@ def engine_checks() -> list[Check]:
 
 def optional_checks() -> list[Check]:
     ray = _version("ray")
+    serve = {d: _version(d) for d in ("fastapi", "uvicorn", "openai")}
+    missing = [d for d, v in serve.items() if v is None]
     return [Check("ray", ray is not None, f"ray {ray}: distributed.backend=ray" if ray else
-                  "not installed: pip install 'rlvr[ray]' for distributed.backend=ray")]
+                  "not installed: pip install 'rlvr[ray]' for distributed.backend=ray"),
+            Check("openai endpoint", not missing,
+                  "fastapi, uvicorn, openai: rollout.mode=openai_server" if not missing else
+                  f"{', '.join(missing)} not installed: pip install 'rlvr[serve]' for rollout.mode=openai_server")]
 
 
 def all_checks() -> list[Check]:

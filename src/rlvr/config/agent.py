@@ -39,6 +39,12 @@ class AgentConfig(BaseModel):
     turn_penalty: float = Field(0.0, ge=0, description="Per model turn, subtracted from env_reward.")
     turn_budget: str | None = Field(None, description="A TURN_BUDGETS schedule: max turns as a function of the step.")
     turn_budget_params: dict[str, Any] = Field(default_factory=dict)
+    harness: str | None = Field(None, description="rollout.mode=openai_server: an agent function `module:function` "
+                                "or `path/to/file.py:function`, called once per episode with base_url, api_key, "
+                                "model and the task record; it returns a reward, or None for the task's verifier.")
+    harness_params: dict[str, Any] = Field(default_factory=dict, description="Extra keyword arguments of the harness.")
+    harness_timeout: float = Field(120.0, gt=0, description="Seconds per episode; a harness past it is scored 0.")
+    harness_workers: int = Field(64, ge=1, description="Episodes in flight at once (threads running the harness).")
 
     @field_validator("environment")
     @classmethod

@@ -51,6 +51,17 @@ def combination_problems(cfg: Config) -> list[str]:
     if d.mode == "async" and cfg.sampling.name != "uniform":
         problems.append(f"distributed.mode: async generates batches ahead, so it works with sampling=uniform only; "
                         f"got sampling {cfg.sampling.name!r}")
+    harness = cfg.agent.harness if cfg.agent is not None else None
+    if cfg.rollout.mode == "openai_server" and harness is None:
+        problems.append("rollout.mode: openai_server serves the policy to an agent harness; set "
+                        "agent.harness=module:function (see docs/environments.md)")
+    if harness is not None and cfg.rollout.mode != "openai_server":
+        problems.append("agent.harness: a harness talks to the policy over HTTP; set rollout.mode=openai_server")
+    if harness is not None and "harness" not in [r.name for r in cfg.rewards]:
+        problems.append("rewards: the harness's reward is paid by the `harness` reward component (the task's "
+                        "verifier when the harness returns None); add {name: harness} to rewards")
+    if harness is not None and d.mode == "async":
+        problems.append("distributed.mode: harness rollouts run synchronously; set distributed.mode=sync")
     if cfg.train.mini_batches > cfg.train.prompts_per_step:
         problems.append(
             f"train.mini_batches: mini-batches hold whole groups, so there can be at most "

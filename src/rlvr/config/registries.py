@@ -139,7 +139,7 @@ def check_agent(cfg: AgentConfig) -> None:
     """The agent section as a whole: the tools environment has tools, the turn budget is registered."""
     from rlvr.rollout.tools import TOOLS
 
-    if cfg.environment.name == "tools" and not cfg.tools:
+    if cfg.environment.name == "tools" and not cfg.tools and cfg.harness is None:
         raise ValueError(f"tools: the 'tools' environment needs at least one tool; available: "
                          f"{', '.join(TOOLS.names())}")
     if cfg.turn_budget is not None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -22,3 +22,8 @@ class RolloutConfig(Strict):
     max_new_tokens: int = Field(256, ge=1)
     stop: list[str] = Field(default_factory=list, description="Stop strings; the match is kept.")
     batch_size: int = Field(256, ge=1, description="Sequences per generate call (a memory knob).")
+    mode: Literal["engine", "openai_server"] = Field(
+        "engine", description="engine: rlvr drives the engine (single-turn, or the agent: loop); openai_server: "
+        "a local OpenAI-compatible endpoint in front of the engine, driven by agent.harness (docs/environments.md).")
+    server_batch_wait_ms: float = Field(5.0, ge=0, description="openai_server: how long the server gathers "
+                                        "concurrent requests into one engine call.")

@@ -47,6 +47,8 @@ class Config(Strict):
     def _bind_components(self, validation: pydantic.ValidationInfo) -> Config:
         if not binding(validation):
             return self
+        if self.agent is not None and self.agent.harness is not None and "rewards" not in self.model_fields_set:
+            self.rewards = [RewardSpec(name="harness")]  # the default reward of a harness run: its own
         problems = resolve_components(self)
         if problems:
             raise ValueError("\n".join(problems))

@@ -37,8 +37,9 @@ from rlvr.models.lora import apply_lora, lora_summary
 from rlvr.parallel import data_parallel as dp
 from rlvr.rewards import RewardContext, RewardFunction
 from rlvr.roles.protocols import Generator, LogProbModel, Trainable
-from rlvr.rollout import build_engine, build_env_factory
+from rlvr.rollout import HarnessRunner, build_engine, build_env_factory
 from rlvr.runtime import console
+from rlvr.tasks.base import uses_chat_template
 
 log = logging.getLogger("rlvr.train")
 
@@ -54,7 +55,7 @@ class Roles:
     trainable: Trainable
     reference: LogProbModel | None = None  # inside the trainable; None when each Ray learner rank holds its own
     teacher: LogProbModel | None = None  # the same, for distillation (model.teacher_path)
-    env_factory: Any = None  # agent runs: one environment per episode, tools built once
+    env_factory: Any = None  # agent runs: one environment per episode, tools built once; or the HarnessRunner
     _opened: list[Any] = field(default_factory=list, repr=False)  # everything to close, in creation order
 
     def publish(self, version: int) -> None:
@@ -131,11 +132,25 @@ def _place(cfg: Config, tokenizer: Any, device: torch.device, checkpoint: Path |
         learner = Learner(learner_model, cfg, reference, build_critic(cfg, policy, dtype, device), teacher=teacher)
         trainable = LocalTrainable(learner, tokenizer.pad_token_id)
     opened.append(trainable)
-    env_factory = build_env_factory(cfg.agent) if cfg.agent is not None else None
+    env_factory: Any = None
+    if cfg.agent is not None and cfg.agent.harness is not None:  # the harness's endpoint in front of the generator
+        env_factory = HarnessRunner.from_config(cfg, generator, tokenizer,
+                                                context_length=context_length(policy, tokenizer),
+                                                uses_chat=uses_chat_template(tokenizer, cfg.model.chat_template))
+    elif cfg.agent is not None:
+        env_factory = build_env_factory(cfg.agent)
     if env_factory is not None:
         opened.append(env_factory)
     return Roles(policy=policy, generator=generator, scorer=scorer, trainable=trainable, reference=reference,
                  teacher=teacher, env_factory=env_factory, _opened=opened)
+
+
+def context_length(policy: torch.nn.Module, tokenizer: Any) -> int:
+    """Prompt + completion tokens the policy takes: its position limit, or the tokenizer's if smaller."""
+    limits = [getattr(getattr(policy, "config", None), "max_position_embeddings", None),
+              getattr(tokenizer, "model_max_length", None)]
+    sane = [int(x) for x in limits if isinstance(x, int) and 0 < x < 10**7]
+    return min(sane) if sane else 2048
 
 
 def load_policy(cfg: Config, tokenizer: Any, device: torch.device, dtype: torch.dtype,

@@ -269,6 +269,10 @@ def agent_metrics(groups: Sequence[Group]) -> dict[str, float]:
     samples = [s for g in groups for s in g.samples if "turns" in s.meta]
     if not samples:
         return {}
+    if any("episode" in s.meta for s in samples):  # an agent harness behind the endpoint
+        from rlvr.rollout.harness import harness_metrics
+
+        return harness_metrics(groups)
     n = len(samples)
     calls = [int(s.meta["tool_calls"]) for s in samples]
     errors = [int(s.meta["tool_errors"]) for s in samples]

@@ -11,7 +11,8 @@ from rlvr.config import Config, ConfigError
 from rlvr.learner import needs_reference, needs_teacher
 from rlvr.models import load_tokenizer, resolve_device, resolve_dtype, resolve_model_path
 from rlvr.models.teacher import check_teacher_tokenizer
-from rlvr.rollout import ENGINES, build_env_factory
+from rlvr.rollout import ENGINES, build_env_factory, load_harness
+from rlvr.rollout.openai_server import require_serve
 from rlvr.tasks import PromptRenderer, build_task
 from rlvr.tracking import check_sinks
 from rlvr.trainer.memory import check_memory
@@ -38,7 +39,13 @@ def preflight(cfg: Config, multi_rank: bool) -> tuple[Any, Any, torch.device]:
     check_available = getattr(ENGINES.get(cfg.rollout.engine), "check_available", None)
     if callable(check_available):  # e.g. vllm without a GPU: say so now, not after loading the model
         check_available()
-    if cfg.agent is not None:  # tools fail here on a missing corpus, database or library
+    if cfg.agent is not None and cfg.agent.harness is not None:  # the serve extra and the harness, now
+        try:
+            require_serve()
+            load_harness(cfg.agent.harness)
+        except (ImportError, ValueError) as err:
+            raise ConfigError(str(err)) from None
+    elif cfg.agent is not None:  # tools fail here on a missing corpus, database or library
         build_env_factory(cfg.agent).close()
         if cfg.distributed.mode == "async":
             raise ConfigError("agent: multi-turn rollouts run synchronously; set distributed.mode=sync")

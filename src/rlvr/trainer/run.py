@@ -76,6 +76,8 @@ class Run:
 
     def generate(self, records: Sequence[TaskRecord], params: SamplingParams) -> list[Group]:
         """Unrewarded groups: multi-turn episodes in an agent run, else single-turn (training and evaluation)."""
+        if self.cfg.agent is not None and self.cfg.agent.harness is not None:  # rollout.mode=openai_server
+            return self.roles.env_factory.rollout_groups(self.renderer, records, params)
         if self.cfg.agent is not None:
             return agent_rollout_groups(self.engine, self.renderer, self.task, records, params, self.cfg.agent,
                                         step=self.step, total_steps=self.cfg.train.steps,
