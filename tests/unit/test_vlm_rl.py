@@ -178,6 +178,7 @@ def test_placeholder_mismatch_is_an_error(vl):
     ("rollout.engine=vllm", r"rollout.engine: the vllm engine does not take images yet.*rollout.engine=hf"),
     ("distributed.backend=ray", r"Ray workers do not carry them"),
     ("model.lora={r: 4}", r"model.lora: not supported with an image task"),
+    ("sampling.name=cure", r"sampling.name: the cure sampler .* without the images"),
 ])
 def test_bad_vision_configs_fail_before_the_run(override, match):
     base = ["task.name=vl_count", "model.path=builtin-vl", "rollout.engine=hf", "task.eval_size=2"]

@@ -55,6 +55,10 @@ def preflight(cfg: Config, multi_rank: bool) -> tuple[Any, Any, torch.device]:
     return task, tokenizer, device
 
 
+# samplers that render, generate or score outside `rollout_groups`, so they would drop a prompt's images
+TEXT_ONLY_SAMPLERS = ("pcl", "ettrl_tree", "cure", "luffy")
+
+
 def check_vision(cfg: Config, task: Any, tokenizer: Any) -> Any:
     """A task with images: the model, the engine and the placement must take them. Returns the processor, after
     rendering one held-out prompt (its image placeholders must match its images)."""
@@ -78,6 +82,10 @@ def check_vision(cfg: Config, task: Any, tokenizer: Any) -> Any:
     for key, used in unsupported.items():
         if used:
             raise ConfigError(f"{key}: not supported with an image task ('{name}') yet; remove it from the config")
+    if cfg.sampling.name in TEXT_ONLY_SAMPLERS:
+        raise ConfigError(f"sampling.name: the {cfg.sampling.name} sampler builds prompts or scores tokens outside "
+                          f"the rollout stage, without the images of task '{name}'; use uniform, dynamic, "
+                          "difficulty_filter, a curriculum or reinforce_ada")
     if cfg.model.tokenizer_path:
         raise ConfigError("model.tokenizer_path: a vision-language model uses its own processor's tokenizer; "
                           "remove model.tokenizer_path")
