@@ -63,8 +63,11 @@ def check_vision(cfg: Config, task: Any, tokenizer: Any) -> Any:
     """A task with images: the model, the engine and the placement must take them. Returns the processor, after
     rendering one held-out prompt (its image placeholders must match its images)."""
     name = cfg.task.name
-    for key, path in (("model.path", cfg.model.path), ("model.reference_path", cfg.model.reference_path)):
-        if path is not None and (key == "model.path" or needs_reference(cfg)) and not is_vision_checkpoint(path, key=key):
+    paths = [("model.path", cfg.model.path)]
+    if needs_reference(cfg) and cfg.model.reference_path:
+        paths.append(("model.reference_path", cfg.model.reference_path))
+    for key, path in paths:
+        if not is_vision_checkpoint(path, key=key):
             raise ConfigError(f"{key}: '{path}' is a text-only model (its config.json has no vision_config), but task "
                               f"'{name}' has images. Use a vision-language checkpoint, e.g. {key}=builtin-vl")
     engine = ENGINES.get(cfg.rollout.engine)
