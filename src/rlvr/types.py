@@ -50,7 +50,10 @@ class Sample:
 
     `response_ids`, `logprobs` and `loss_mask` have one entry per response token. `logprobs` are the
     behaviour log-probabilities of the sampling policy (temperature applied, before top-p/top-k
-    truncation). Tool-observation tokens (multi-turn) carry `loss_mask` 0. A sample whose reward is unknown
+    truncation). Tool-observation tokens (multi-turn) carry `loss_mask` 0. `mm_inputs` (vision-language prompts)
+    holds the processor's non-token outputs for the prompt, e.g. `{"pixel_values": tensor}`; every sample of one
+    prompt shares the same dict (one object, not a copy), and `prompt_ids` already hold the expanded image
+    placeholder tokens, so the learner recomputes log-probs on exactly the sampled ids. A sample whose reward is unknown
     (`meta["non_finite_reward"]` lists the components that were NaN or inf) is scored 0, trained on nowhere and
     left out of its group's statistics (`excluded`).
     """
@@ -67,6 +70,7 @@ class Sample:
     correct: bool | None = None
     advantage: float | list[float] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    mm_inputs: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.loss_mask is None:
@@ -130,6 +134,9 @@ class Batch:
     values: torch.Tensor | None = None  # [B, T] critic values before each token
     returns: torch.Tensor | None = None  # [B, T] critic targets
     token_filter: torch.Tensor | None = None  # [B, T] 1 on tokens that get a policy gradient (e.g. top entropy)
+    # Vision-language rows: each row's prompt `mm_inputs` (rows of one prompt share the dict), None for text rows.
+    # A list, not a tensor: `select` picks from it, `to` leaves it (the forward moves what it encodes).
+    mm_inputs: list[dict[str, Any] | None] | None = None
 
     @classmethod
     def from_groups(cls, groups: Sequence[Group], pad_id: int) -> Batch:
@@ -175,7 +182,12 @@ class Batch:
             correct=torch.tensor([bool(s.correct) for _, s in rows], dtype=torch.bool),
             off_policy=torch.tensor([bool(s.meta.get("off_policy", False)) for _, s in rows], dtype=torch.bool),
             valid=torch.tensor([not s.excluded for _, s in rows], dtype=torch.bool),
+            mm_inputs=[s.mm_inputs for _, s in rows] if any(s.mm_inputs is not None for _, s in rows) else None,
         )
+
+    @property
+    def multimodal(self) -> bool:
+        return self.mm_inputs is not None
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -199,6 +211,8 @@ class Batch:
             v = getattr(self, f.name)
             if v is None:
                 out[f.name] = None
+            elif isinstance(v, list):
+                out[f.name] = [v[i] for i in idx.tolist()]
             elif v.dim() == 2:
                 out[f.name] = v[idx, :width]
             else:
@@ -207,4 +221,4 @@ class Batch:
 
     def to(self, device: torch.device | str) -> Batch:
         return replace(self, **{f.name: getattr(self, f.name).to(device) for f in fields(self)
-                                if getattr(self, f.name) is not None})
+                                if isinstance(getattr(self, f.name), torch.Tensor)})

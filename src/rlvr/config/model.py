@@ -40,6 +40,10 @@ class ModelConfig(Strict):
     trust_remote_code: bool = False
     gradient_checkpointing: bool = False
     lora: LoraSpec | None = Field(None, description="Train LoRA adapters instead of all weights.")
+    freeze_vision_tower: bool = Field(True, description="Vision-language models: keep the vision tower's weights "
+                                      "fixed (the projector and the language model train).")
+    freeze_projector: bool = Field(False, description="Vision-language models: keep the image projector's "
+                                   "weights fixed too.")
 
     @field_validator("device")
     @classmethod

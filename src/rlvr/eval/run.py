@@ -7,10 +7,11 @@ from typing import Any
 
 import torch
 
-from rlvr.config import Config
+from rlvr.config import Config, ConfigError
 from rlvr.eval.evaluate import evaluate, write_results
 from rlvr.models import check_vocab, load_causal_lm, load_tokenizer, resolve_device, resolve_dtype
-from rlvr.rollout import SamplingParams, build_engine
+from rlvr.models.vision import is_vision_checkpoint, load_processor, load_vlm_for_training
+from rlvr.rollout import ENGINES, SamplingParams, build_engine
 from rlvr.runtime import ProgressReporter, console, seed_everything, step_seed
 from rlvr.tasks import PromptRenderer, build_task
 
@@ -21,10 +22,23 @@ def run_eval(cfg: Config, model_path: str, out: Path | None) -> dict[str, Any]:
     device = resolve_device(cfg.model.device)
     tokenizer = load_tokenizer(cfg.model.tokenizer_path or model_path,
                                trust_remote_code=cfg.model.trust_remote_code, key="MODEL_DIR")
-    model = load_causal_lm(model_path, dtype=resolve_dtype(cfg.model.dtype, device), device=device,
-                           trust_remote_code=cfg.model.trust_remote_code, trainable=False, key="MODEL_DIR")
+    dtype = resolve_dtype(cfg.model.dtype, device)
+    processor = None
+    if getattr(task, "visual", False):  # images: a vision-language model, its processor, an engine that takes them
+        if not is_vision_checkpoint(model_path, key="MODEL_DIR"):
+            raise ConfigError(f"MODEL_DIR: '{model_path}' is a text-only model (no vision_config), but task "
+                              f"'{cfg.task.name}' has images; evaluate a vision-language checkpoint such as builtin-vl")
+        if not getattr(ENGINES.get(cfg.rollout.engine), "multimodal", False):
+            raise ConfigError(f"rollout.engine: the {cfg.rollout.engine} engine does not take images yet; task "
+                              f"'{cfg.task.name}' has images, so set rollout.engine=hf")
+        model = load_vlm_for_training(model_path, dtype=dtype, device=device, trainable=False,
+                                      trust_remote_code=cfg.model.trust_remote_code, key="MODEL_DIR")
+        processor = load_processor(model_path, trust_remote_code=cfg.model.trust_remote_code, key="MODEL_DIR")
+    else:
+        model = load_causal_lm(model_path, dtype=dtype, device=device,
+                               trust_remote_code=cfg.model.trust_remote_code, trainable=False, key="MODEL_DIR")
     check_vocab(tokenizer, model)
-    renderer = PromptRenderer(task, tokenizer, cfg.model.chat_template)
+    renderer = PromptRenderer(task, tokenizer, cfg.model.chat_template, processor)
     engine = build_engine(cfg.rollout.engine, cfg.rollout.engine_options, cfg.rollout.batch_size, model, tokenizer)
     records = list(task.heldout)[: cfg.eval.size] if cfg.eval.size else list(task.heldout)
     params = SamplingParams(n=cfg.eval.n, temperature=cfg.eval.temperature or cfg.rollout.temperature,

@@ -140,7 +140,8 @@ class Learner:
         for rows in micro:
             mb = batch.select(rows).to(self.device)
             out = forward_tokens(self.model, mb.input_ids, mb.attention_mask, mb.mask, self.temperature,
-                                 with_entropy=with_entropy, pack_tokens=self.cfg.train.pack_tokens)
+                                 with_entropy=with_entropy, pack_tokens=self.cfg.train.pack_tokens,
+                                 mm_inputs=mb.mm_inputs)
             idx = rows.to(self.device)
             logprobs[idx, : out.logprobs.shape[1]] = out.logprobs
             if entropy is not None and out.entropy is not None:
@@ -167,7 +168,8 @@ class Learner:
                 v = self.critic.values(mb)
             else:
                 v = forward_tokens(self.model, mb.input_ids, mb.attention_mask, mb.mask, self.temperature,
-                                   value_head=self.critic.head, pack_tokens=self.cfg.train.pack_tokens).values
+                                   value_head=self.critic.head, pack_tokens=self.cfg.train.pack_tokens,
+                                   mm_inputs=mb.mm_inputs).values
             values[rows.to(self.device), : v.shape[1]] = v
         return values
 
@@ -363,7 +365,7 @@ class Learner:
             head = (lambda h: self.critic.head(h.detach())) if critic_only else self.critic.head
         out = forward_tokens(self.model, mb.input_ids, mb.attention_mask, mb.mask, self.temperature,
                              with_entropy=first_epoch or self._entropy_in_loss, entropy_grad=self._entropy_in_loss,
-                             value_head=head, pack_tokens=self.cfg.train.pack_tokens)
+                             value_head=head, pack_tokens=self.cfg.train.pack_tokens, mm_inputs=mb.mm_inputs)
         logp = out.logprobs
         assert mb.old_logprobs is not None
         agg = dict(mode=alg.loss_agg, num_tokens=norms["num_tokens"], num_seqs=norms["num_seqs"])

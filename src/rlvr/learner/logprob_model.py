@@ -30,7 +30,7 @@ class LocalLogProbModel:
         for rows in torch.split(torch.arange(len(batch)), self.micro_batch_size):
             mb = batch.select(rows).to(device)
             lp = forward_tokens(self.model, mb.input_ids, mb.attention_mask, mb.mask, temperature,
-                                pack_tokens=self.pack_tokens).logprobs
+                                pack_tokens=self.pack_tokens, mm_inputs=mb.mm_inputs).logprobs
             out[rows.to(device), : lp.shape[1]] = lp
         return out
 

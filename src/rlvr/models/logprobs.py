@@ -111,16 +111,31 @@ def forward_tokens(
     value_head: torch.nn.Module | None = None,
     chunk_size: int = 4096,
     pack_tokens: int | None = None,
+    mm_inputs: list[dict[str, Any] | None] | None = None,
 ) -> TokenOutputs:
     """log softmax(logits / T)[token] for each token t with mask[:, t] > 0 (row b's token t is predicted from
     position t-1); optionally the entropy of that distribution (differentiable if `entropy_grad`) and
     `value_head(hidden[t-1])`, the value of the state before token t. With `pack_tokens` (and a `packable`
-    model) the rows run packed into sequences of at most that many tokens instead of padded."""
+    model) the rows run packed into sequences of at most that many tokens instead of padded.
+
+    `mm_inputs` (vision-language rows, one entry per row) merges each prompt's image features into the token
+    embeddings (`rlvr.models.vision.multimodal_embeds`: one vision-tower call per distinct prompt). Such rows are
+    not packable: they always run padded, whatever `pack_tokens` says."""
     T = max(temperature, 1e-6)
     select = mask[:, 1:] > 0  # [B, T-1]: position t-1 predicts token t
     targets = input_ids[:, 1:][select]
     parts = _head_parts(model)
-    if parts is not None and pack_tokens is not None and len(input_ids) > 1 and packable(model):
+    if mm_inputs is not None and any(m is not None for m in mm_inputs):
+        from rlvr.models.vision import multimodal_embeds
+
+        if parts is None:
+            raise ValueError("image inputs need a model whose logits are lm_head(language_model(x))")
+        decoder, head = parts
+        embeds = multimodal_embeds(model, input_ids, list(mm_inputs))
+        hidden = decoder(inputs_embeds=embeds, attention_mask=attention_mask).last_hidden_state
+        chosen = hidden[:, :-1][select]
+        logits_of = head
+    elif parts is not None and pack_tokens is not None and len(input_ids) > 1 and packable(model):
         decoder, head = parts
         hidden_flat, index = _packed_hidden(decoder, input_ids, attention_mask, pack_tokens)
         chosen = hidden_flat[index[:, :-1][select]]

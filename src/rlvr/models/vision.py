@@ -52,3 +52,112 @@ def load_vlm(path: str | Path, *, dtype: torch.dtype = torch.float32, device: st
         raise ModelError(f"{key}: could not load '{p}' with AutoModelForImageTextToText "
                          f"({type(err).__name__}: {err})") from None
     return model.to(device).eval(), load_processor(p, trust_remote_code=trust_remote_code, key=key)
+
+
+# Vision-language families whose text positions are plain 1D positions, so image features can be merged into
+# the token embeddings once and the language model run on `inputs_embeds` (LLaVA: one projector output per
+# image placeholder token). Qwen2-VL's multimodal RoPE positions depend on the image grid: not wired yet.
+EMBEDDING_MERGE_TYPES = ("llava",)
+
+
+def is_vision_checkpoint(path: str | Path, *, trust_remote_code: bool = False, key: str = "model.path") -> bool:
+    """Whether the checkpoint at `path` (or `builtin-vl`) has a vision tower (a `vision_config`)."""
+    import json
+
+    p = resolve_model_path(path, key)
+    try:
+        config = json.loads((p / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and config.get("vision_config") is not None
+
+
+def check_trainable_vlm(model: Any, key: str = "model.path") -> None:
+    """Raise unless rlvr can run `model` on images (merge image features into the token embeddings)."""
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    if model_type not in EMBEDDING_MERGE_TYPES or not callable(getattr(model, "get_image_features", None)):
+        raise ModelError(f"{key}: a {model_type} vision-language model cannot be trained by rlvr yet; supported: "
+                         f"{', '.join(EMBEDDING_MERGE_TYPES)} (e.g. builtin-vl). Qwen2-VL needs its multimodal "
+                         "position ids, which the rollout and learner do not build yet")
+
+
+def load_vlm_for_training(path: str | Path, *, dtype: torch.dtype = torch.float32,
+                          device: str | torch.device = "cpu", trust_remote_code: bool = False,
+                          trainable: bool = True, freeze_vision_tower: bool = True, freeze_projector: bool = False,
+                          key: str = "model.path") -> Any:
+    """A vision-language policy (or, with `trainable=False`, a frozen reference) without dropout: the learner's
+    log-probs must match the sampler's. `freeze_vision_tower` / `freeze_projector` keep those weights fixed."""
+    model, _ = load_vlm(path, dtype=dtype, device=device, trust_remote_code=trust_remote_code, key=key)
+    check_trainable_vlm(model, key)
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    if not trainable:
+        return model.eval().requires_grad_(False)
+    model.train()
+    if freeze_vision_tower:
+        vision_tower(model).requires_grad_(False)
+    if freeze_projector:
+        projector(model).requires_grad_(False)
+    return model
+
+
+def _inner(model: Any) -> Any:
+    return getattr(model, "model", model)
+
+
+def vision_tower(model: Any) -> torch.nn.Module:
+    return _inner(model).vision_tower
+
+
+def projector(model: Any) -> torch.nn.Module:
+    return _inner(model).multi_modal_projector
+
+
+def image_token_id(model: Any) -> int:
+    cfg = model.config
+    token = getattr(cfg, "image_token_id", None)
+    return int(token if token is not None else cfg.image_token_index)
+
+
+def encode_images(model: Any, mm_inputs: dict[str, Any]) -> torch.Tensor:
+    """[image tokens, hidden]: the projected image features of one prompt (all its images, in order): one
+    vision-tower call."""
+    device = next(model.parameters()).device
+    extra = {k: v.to(device) for k, v in mm_inputs.items() if k == "image_sizes"}
+    pixels = mm_inputs["pixel_values"].to(device, next(projector(model).parameters()).dtype)
+    try:  # transformers 5.24 loses `vision_feature_layer: 0` (falsy) unless hidden states are asked for
+        out = model.get_image_features(pixel_values=pixels, return_dict=True, output_hidden_states=True, **extra)
+    except TypeError:  # versions that always pass output_hidden_states themselves
+        out = model.get_image_features(pixel_values=pixels, return_dict=True, **extra)
+    features = out.pooler_output
+    return torch.cat(list(features), dim=0) if isinstance(features, (list, tuple)) else features.flatten(0, -2)
+
+
+def multimodal_embeds(model: Any, input_ids: torch.Tensor, mm_rows: list[dict[str, Any] | None],
+                      features: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
+    """Token embeddings of `input_ids` [B, T] with each row's image placeholder tokens replaced by its prompt's
+    image features. Rows that share one `mm_inputs` dict (the samples of one prompt) share one vision-tower call;
+    `features` (keyed by id(mm_inputs)) reuses encodings across calls."""
+    features = {} if features is None else features
+    embeds = model.get_input_embeddings()(input_ids)
+    placeholder = input_ids == image_token_id(model)
+    pieces = []
+    for row, mm in enumerate(mm_rows):
+        n = int(placeholder[row].sum())
+        if mm is None:
+            if n:
+                raise ValueError(f"row {row} has {n} image placeholder tokens but no image inputs")
+            continue
+        key = id(mm)
+        if key not in features:
+            features[key] = encode_images(model, mm)
+        f = features[key]
+        if f.shape[0] != n:
+            raise ValueError(f"row {row}: {n} image placeholder tokens for {f.shape[0]} image features; the prompt "
+                             "ids and the processor outputs do not belong together")
+        pieces.append(f)
+    if not pieces:
+        return embeds
+    merged = torch.cat(pieces).to(embeds.dtype)
+    return embeds.masked_scatter(placeholder.unsqueeze(-1).expand_as(embeds), merged)

@@ -34,6 +34,7 @@ from rlvr.learner import (
 )
 from rlvr.models import check_vocab, load_causal_lm, resolve_dtype
 from rlvr.models.lora import apply_lora, lora_summary
+from rlvr.models.vision import is_vision_checkpoint, load_vlm_for_training
 from rlvr.parallel import data_parallel as dp
 from rlvr.rewards import RewardContext, RewardFunction
 from rlvr.roles.protocols import Generator, LogProbModel, Trainable
@@ -157,8 +158,14 @@ def load_policy(cfg: Config, tokenizer: Any, device: torch.device, dtype: torch.
                 checkpoint: Path | None) -> torch.nn.Module:
     """The policy's weights: the checkpoint's, or `model.path`'s with LoRA adapters (restored by the caller)."""
     lora = cfg.model.lora
-    policy = load_causal_lm(checkpoint if checkpoint is not None and lora is None else cfg.model.path, dtype=dtype,
-                            device=device, trust_remote_code=cfg.model.trust_remote_code,
+    path = checkpoint if checkpoint is not None and lora is None else cfg.model.path
+    if is_vision_checkpoint(path):  # a vision-language checkpoint (e.g. builtin-vl): the vision tower comes along
+        policy = load_vlm_for_training(path, dtype=dtype, device=device, trust_remote_code=cfg.model.trust_remote_code,
+                                       freeze_vision_tower=cfg.model.freeze_vision_tower,
+                                       freeze_projector=cfg.model.freeze_projector)
+        check_vocab(tokenizer, policy)
+        return policy
+    policy = load_causal_lm(path, dtype=dtype, device=device, trust_remote_code=cfg.model.trust_remote_code,
                             gradient_checkpointing=cfg.model.gradient_checkpointing)
     if lora is not None:
         policy = apply_lora(policy, lora)
@@ -179,8 +186,13 @@ def place_reference(cfg: Config, device: torch.device, dtype: torch.dtype) -> Lo
         from rlvr.distributed.ray_groups import RemoteReference
 
         return RemoteReference(cfg, path)
-    model = load_causal_lm(path, dtype=dtype, device=device, trust_remote_code=cfg.model.trust_remote_code,
-                           trainable=False, key="model.reference_path" if cfg.model.reference_path else "model.path")
+    key = "model.reference_path" if cfg.model.reference_path else "model.path"
+    if is_vision_checkpoint(path, key=key):
+        model = load_vlm_for_training(path, dtype=dtype, device=device, trust_remote_code=cfg.model.trust_remote_code,
+                                      trainable=False, key=key)
+    else:
+        model = load_causal_lm(path, dtype=dtype, device=device, trust_remote_code=cfg.model.trust_remote_code,
+                               trainable=False, key=key)
     return LocalLogProbModel(model, cfg.train.micro_batch_size, cfg.train.pack_tokens)
 
 

@@ -27,10 +27,18 @@ class RolloutEngine(abc.ABC):
     """Generates token ids with behaviour log-probs. Token in, token out: prompts arrive as ids."""
 
     policy_version: int = 0
+    multimodal: bool = False  # implements `generate_multimodal` (image prompts)
 
     @abc.abstractmethod
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Sample]]:
         """For each prompt, `params.n` samples (prompt_ids, response_ids, logprobs, finish_reason, text)."""
+
+    def generate_multimodal(self, prompts: Sequence[Sequence[int]], mm_inputs: Sequence[dict[str, Any]],
+                            params: SamplingParams) -> list[list[Sample]]:
+        """`generate` for vision-language prompts: prompt i's ids hold its expanded image tokens and `mm_inputs[i]`
+        the processor's other outputs (pixel values). Engines that take images set `multimodal = True`."""
+        raise NotImplementedError(f"the {type(self).__name__} rollout engine does not take images; use "
+                                  "rollout.engine=hf for vision-language tasks")
 
     def sync_weights(self, model: Any, version: int) -> None:
         """Make the engine sample from `model`'s current weights, tagged as policy `version`."""
@@ -56,11 +64,31 @@ def rollout_groups(
     records: Sequence[TaskRecord],
     params: SamplingParams,
 ) -> list[Group]:
-    """Render each record's prompt, sample `params.n` responses for it, and return one Group per record."""
+    """Render each record's prompt, sample `params.n` responses for it, and return one Group per record.
+
+    Vision-language prompts (`renderer.multimodal`) go to `engine.generate_multimodal`, and every sample keeps
+    its prompt's `mm_inputs` for the learner; a record whose image does not decode is skipped (no group) and
+    counted in `renderer.skipped_images`."""
+    if getattr(renderer, "multimodal", False):
+        return _multimodal_groups(engine, renderer, records, params)
     rendered = [renderer.render(r) for r in records]
     samples = engine.generate([ids for ids, _ in rendered], params)
     return [Group(record=r, prompt_ids=ids, samples=s, prompt_text=text)
             for r, (ids, text), s in zip(records, rendered, samples)]
+
+
+def _multimodal_groups(engine: RolloutEngine, renderer: Any, records: Sequence[TaskRecord],
+                       params: SamplingParams) -> list[Group]:
+    kept = [(r, out) for r in records if (out := renderer.render_or_skip(r)) is not None]
+    if not kept:
+        return []
+    samples = engine.generate_multimodal([ids for _, (ids, _, _) in kept], [mm for _, (_, _, mm) in kept], params)
+    groups = []
+    for (record, (ids, text, mm)), group_samples in zip(kept, samples):
+        for sample in group_samples:
+            sample.mm_inputs = mm  # shared by the group's samples: one object, not a copy
+        groups.append(Group(record=record, prompt_ids=ids, samples=group_samples, prompt_text=text))
+    return groups
 
 
 def build_engine(name: str, options: dict[str, Any], batch_size: int, model: Any, tokenizer: Any) -> RolloutEngine:

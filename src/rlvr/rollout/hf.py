@@ -63,7 +63,13 @@ def _sampling_mode(model: Any) -> Iterator[None]:
 
 @ENGINES.register("hf")
 class HFEngine(RolloutEngine):
-    """Batched sampling with `model.generate`: prompts are left-padded, n copies of each prompt sampled."""
+    """Batched sampling with `model.generate`: prompts are left-padded, n copies of each prompt sampled.
+
+    Vision-language prompts (`generate_multimodal`): each prompt's images go through the vision tower once, their
+    features are merged into the prompt's token embeddings, and the n copies are sampled from those embeddings
+    (`inputs_embeds`), so the tower runs once per prompt, not once per sample."""
+
+    multimodal = True
 
     def __init__(self, model: Any, tokenizer: Any, *, batch_size: int = 256):
         self.model = model
@@ -87,16 +93,40 @@ class HFEngine(RolloutEngine):
                 results[i].append(sample)
         return results
 
-    def _generate_batch(self, prompts: list[list[int]], params: SamplingParams) -> list[Sample]:
-        from transformers import GenerationConfig, LogitsProcessorList
+    @torch.no_grad()
+    def generate_multimodal(self, prompts: Sequence[Sequence[int]], mm_inputs: Sequence[dict[str, Any]],
+                            params: SamplingParams) -> list[list[Sample]]:
+        from rlvr.models.vision import multimodal_embeds
 
+        per_chunk = max(1, self.batch_size // max(params.n, 1))  # whole prompts per generate call
         device = next(self.model.parameters()).device
+        results: list[list[Sample]] = []
+        for start in range(0, len(prompts), per_chunk):
+            chunk = [list(p) for p in prompts[start : start + per_chunk]]
+            input_ids, _ = self._left_pad(chunk)
+            with _sampling_mode(self.model):
+                embeds = multimodal_embeds(self.model, input_ids.to(device), list(mm_inputs[start : start + per_chunk]))
+            copies = [p for p in chunk for _ in range(params.n)]
+            samples = self._generate_batch(copies, params, embeds.repeat_interleave(params.n, dim=0))
+            results += [samples[i * params.n : (i + 1) * params.n] for i in range(len(chunk))]
+        return results
+
+    def _left_pad(self, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(p) for p in prompts)
         input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
         attention_mask = torch.zeros_like(input_ids)
         for row, p in enumerate(prompts):
             input_ids[row, width - len(p) :] = torch.tensor(p, dtype=torch.long)
             attention_mask[row, width - len(p) :] = 1
+        return input_ids, attention_mask
+
+    def _generate_batch(self, prompts: list[list[int]], params: SamplingParams,
+                        inputs_embeds: torch.Tensor | None = None) -> list[Sample]:
+        from transformers import GenerationConfig, LogitsProcessorList
+
+        device = next(self.model.parameters()).device
+        input_ids, attention_mask = self._left_pad(prompts)
+        width = input_ids.shape[1]
         greedy = params.temperature <= 0
         gen_config = GenerationConfig(
             do_sample=not greedy,
@@ -111,10 +141,13 @@ class HFEngine(RolloutEngine):
             stop_strings=list(params.stop) or None,
         )
         recorder = _LogprobRecorder(params.temperature)
+        # image prompts: their merged embeddings (the ids ride along so the output starts with the prompt)
+        embeds = {} if inputs_embeds is None else {"inputs_embeds": inputs_embeds}
         with _sampling_mode(self.model):
             out = self.model.generate(
                 input_ids=input_ids.to(device),
                 attention_mask=attention_mask.to(device),
+                **embeds,
                 generation_config=gen_config,
                 logits_processor=LogitsProcessorList([recorder]),
                 tokenizer=self.tokenizer if params.stop else None,

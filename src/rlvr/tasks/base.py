@@ -7,6 +7,7 @@ tokenizer's chat template when it has one (and the config allows it), else the t
 from __future__ import annotations
 
 import abc
+import logging
 import random
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal, overload
@@ -15,6 +16,7 @@ from rlvr.registry import Registry
 from rlvr.types import TaskRecord, VerifyResult  # noqa: F401  (VerifyResult: re-exported for tasks)
 
 TASKS: Registry = Registry("task")
+log = logging.getLogger("rlvr.tasks")
 
 
 class TaskError(ValueError):
@@ -25,6 +27,7 @@ class Task(abc.ABC):
     """Base class of every task. Subclasses set `_train` and `_heldout` and implement `verify`."""
 
     name: str = "task"
+    visual: bool = False  # its records carry images: it needs a vision-language model and processor
     # `{question}` is replaced by the record's question.
     default_prompt_template: str = "{question}"
     default_chat_template: str = "{question}"
@@ -112,19 +115,68 @@ def uses_chat_template(tokenizer: Any, mode: Literal["auto", "on", "off"] = "aut
 
 
 class PromptRenderer:
-    """Turns a task record into prompt token ids for one tokenizer."""
+    """Turns a task record into prompt token ids for one tokenizer.
 
-    def __init__(self, task: Task, tokenizer: Any, chat_template: Literal["auto", "on", "off"] = "auto"):
+    A visual task (`task.visual`) is rendered by the model's `processor` (`render_multimodal`): the chat with
+    one image placeholder per image, checked against the record's images, then the processor's token ids (image
+    placeholders expanded to the image's tokens) and its other outputs (`pixel_values`, ...), the prompt's
+    `mm_inputs`. A record whose image does not decode is skipped and counted (`skipped_images`), not a crash.
+    """
+
+    def __init__(self, task: Task, tokenizer: Any, chat_template: Literal["auto", "on", "off"] = "auto",
+                 processor: Any = None):
         self.task = task
         self.tokenizer = tokenizer
         self.uses_chat = uses_chat_template(tokenizer, chat_template)
+        self.processor = processor
+        self.multimodal = bool(getattr(task, "visual", False))
+        self.skipped_images: list[tuple[str, str]] = []  # (record id, why) of records left out
+        if self.multimodal and processor is None:
+            raise TaskError(f"task {getattr(task, 'name', '?')!r} has images: it needs a vision-language model "
+                            "(model.path with a vision tower and a processor, e.g. builtin-vl)")
         if hasattr(task, "plain_prompts"):  # a task whose verifier depends on how its prompt was rendered
             task.plain_prompts = not self.uses_chat
 
     def render(self, record: TaskRecord) -> tuple[list[int], str]:
+        if self.multimodal:
+            ids, text, _ = self.render_multimodal(record)
+            return ids, text
         if self.uses_chat:
             return encode_prompt(self.tokenizer, messages=self.task.chat_messages(record))
         return encode_prompt(self.tokenizer, text=self.task.plain_prompt(record))
+
+    def render_multimodal(self, record: TaskRecord, images: list[Any] | None = None
+                          ) -> tuple[list[int], str, dict[str, Any]]:
+        """(prompt ids with the image tokens expanded, prompt text, the processor's other outputs). Raises
+        `ImageError` when an image does not decode or the placeholders do not match the images."""
+        from rlvr.tasks.images import IMAGE_TOKEN, check_placeholders, record_images
+
+        images = record_images(record) if images is None else images
+        token = getattr(self.processor, "image_token", None) or IMAGE_TOKEN
+        if self.uses_chat:
+            text = self.processor.apply_chat_template(self.task.multimodal_messages(record),
+                                                      add_generation_prompt=True, tokenize=False)
+        else:
+            text = self.task.plain_prompt_with_images(record, token)
+        check_placeholders(text, len(images), record_id=record.id, token=token)
+        enc = self.processor(text=text, images=images or None, return_tensors="pt")
+        ids = enc["input_ids"][0].tolist()
+        mm = {k: v for k, v in enc.items() if k not in ("input_ids", "attention_mask", "token_type_ids")}
+        return ids, text, mm
+
+    def render_or_skip(self, record: TaskRecord) -> tuple[list[int], str, dict[str, Any]] | None:
+        """`render_multimodal`, or None (counted in `skipped_images`, with a warning) when an image of the record
+        does not decode. A placeholder mismatch is the prompt template's fault, not the data's: it raises."""
+        from rlvr.tasks.images import ImageError, record_images
+
+        try:
+            images = record_images(record)
+        except ImageError as err:
+            self.skipped_images.append((record.id, str(err)))
+            log.warning("skipped a prompt whose image does not decode (%d so far): %s", len(self.skipped_images),
+                        err)
+            return None
+        return self.render_multimodal(record, images)
 
 
 class LazySplit(Sequence[TaskRecord]):

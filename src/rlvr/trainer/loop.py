@@ -132,6 +132,8 @@ def train_step(run: Run, batches: Any, step: int, stop: StopConditions) -> tuple
     metrics = dp.mean_metrics(metrics)                       # over data-parallel ranks (one rank: unchanged)
     run.tokens_spent += int(dp.sum_floats(spent)[0])
     metrics["rollout_tokens_total"] = float(run.tokens_spent)
+    if run.renderer.multimodal:  # prompts left out because an image did not decode, so far
+        metrics["images_skipped_total"] = float(len(run.renderer.skipped_images))
     stop.budget_reached(run.tokens_spent)
     run.faults = run.faults + 1 if math.isnan(learned["grad_norm"]) else 0  # every optimizer step skipped
     return groups, metrics
@@ -140,7 +142,7 @@ def train_step(run: Run, batches: Any, step: int, stop: StopConditions) -> tuple
 def _finish(run: Run, before: dict[str, Any] | None, heartbeat: Heartbeat) -> Path:
     """The trained policy as a HF directory in final/, the held-out evaluation after training and the report."""
     if dp.is_main():
-        save_hf_dir(exportable(run.policy), run.tokenizer, run.run_dir / "final")
+        save_hf_dir(exportable(run.policy), run.saver, run.run_dir / "final")
     dp.barrier()
     heartbeat.doing("evaluating the trained model (eval.after)" if run.cfg.eval.after else "finishing")
     after = run.evaluate("after") if run.cfg.eval.after else None

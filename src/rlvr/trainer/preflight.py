@@ -11,9 +11,11 @@ from rlvr.config import Config, ConfigError
 from rlvr.learner import needs_reference, needs_teacher
 from rlvr.models import load_tokenizer, resolve_device, resolve_dtype, resolve_model_path
 from rlvr.models.teacher import check_teacher_tokenizer
+from rlvr.models.vision import is_vision_checkpoint, load_processor
 from rlvr.rollout import ENGINES, build_env_factory, load_harness
 from rlvr.rollout.openai_server import require_serve
 from rlvr.tasks import PromptRenderer, build_task
+from rlvr.tasks.images import ImageError
 from rlvr.tracking import check_sinks
 from rlvr.trainer.memory import check_memory
 from rlvr.trainer.stopping import TrainingError
@@ -34,7 +36,8 @@ def preflight(cfg: Config, multi_rank: bool) -> tuple[Any, Any, torch.device]:
     if needs_teacher(cfg):  # a teacher grades the policy's tokens by id: the same tokenizer, checked now
         check_teacher_tokenizer(cfg.model.tokenizer_path or cfg.model.path, cfg.model.teacher_path)
     device = resolve_device(cfg.model.device)
-    PromptRenderer(task, tokenizer, cfg.model.chat_template)
+    processor = check_vision(cfg, task, tokenizer) if getattr(task, "visual", False) else None
+    PromptRenderer(task, tokenizer, cfg.model.chat_template, processor)
     check_sinks(cfg.logging.sinks)
     check_available = getattr(ENGINES.get(cfg.rollout.engine), "check_available", None)
     if callable(check_available):  # e.g. vllm without a GPU: say so now, not after loading the model
@@ -57,3 +60,52 @@ def preflight(cfg: Config, multi_rank: bool) -> tuple[Any, Any, torch.device]:
     if multi_rank and device.type == "cuda":
         device = torch.device("cuda", torch.cuda.current_device())
     return task, tokenizer, device
+
+
+# samplers that render, generate or score outside `rollout_groups`, so they would drop a prompt's images
+TEXT_ONLY_SAMPLERS = ("pcl", "ettrl_tree", "cure", "luffy")
+
+
+def check_vision(cfg: Config, task: Any, tokenizer: Any) -> Any:
+    """A task with images: the model, the engine and the placement must take them. Returns the processor, after
+    rendering one held-out prompt (its image placeholders must match its images)."""
+    name = cfg.task.name
+    paths = [("model.path", cfg.model.path)]
+    if needs_reference(cfg) and cfg.model.reference_path:
+        paths.append(("model.reference_path", cfg.model.reference_path))
+    for key, path in paths:
+        if not is_vision_checkpoint(path, key=key):
+            raise ConfigError(f"{key}: '{path}' is a text-only model (its config.json has no vision_config), but task "
+                              f"'{name}' has images. Use a vision-language checkpoint, e.g. {key}=builtin-vl")
+    engine = ENGINES.get(cfg.rollout.engine)
+    if not getattr(engine, "multimodal", False):
+        raise ConfigError(f"rollout.engine: the {cfg.rollout.engine} engine does not take images yet; task '{name}' "
+                          "has images, so set rollout.engine=hf")
+    d = cfg.distributed
+    if d.backend == "ray" or d.learner_workers or d.reference_worker or d.reward_workers:
+        raise ConfigError(f"distributed: task '{name}' has images, and Ray workers do not carry them yet; run it "
+                          "in one process (distributed.backend=local, no *_workers)")
+    if d.mode == "async":
+        raise ConfigError(f"distributed.mode: task '{name}' has images; run it with distributed.mode=sync")
+    unsupported = {"model.lora": cfg.model.lora is not None, "algorithm.critic": cfg.algorithm.critic is not None,
+                   "agent": cfg.agent is not None, "model.teacher_path": needs_teacher(cfg)}
+    for key, used in unsupported.items():
+        if used:
+            raise ConfigError(f"{key}: not supported with an image task ('{name}') yet; remove it from the config")
+    if cfg.sampling.name in TEXT_ONLY_SAMPLERS:
+        raise ConfigError(f"sampling.name: the {cfg.sampling.name} sampler builds prompts or scores tokens outside "
+                          f"the rollout stage, without the images of task '{name}'; use uniform, dynamic, "
+                          "difficulty_filter, a curriculum or reinforce_ada")
+    if cfg.model.tokenizer_path:
+        raise ConfigError("model.tokenizer_path: a vision-language model uses its own processor's tokenizer; "
+                          "remove model.tokenizer_path")
+    processor = load_processor(cfg.model.path)
+    renderer = PromptRenderer(task, tokenizer, cfg.model.chat_template, processor)
+    records = list(task.heldout[:1]) or list(task.train[:1])
+    try:
+        for record in records:
+            renderer.render_multimodal(record)
+    except ImageError as err:
+        raise ConfigError(f"task: {err} (check task.chat_prompt_template / task.prompt_template and "
+                          "model.chat_template)") from None
+    return processor

@@ -14,6 +14,7 @@ from rich.markup import escape
 
 from rlvr.config import Config
 from rlvr.models.lora import exportable, is_lora, load_lora_state, lora_state
+from rlvr.models.vision import load_processor
 from rlvr.parallel import data_parallel as dp
 from rlvr.rewards import RewardFunction
 from rlvr.roles import Roles, place_roles
@@ -56,6 +57,12 @@ class Run:
     @property
     def policy(self) -> torch.nn.Module:
         return self.roles.policy
+
+    @property
+    def saver(self) -> Any:
+        """What a checkpoint saves beside the weights: the processor of a vision-language run (its tokenizer,
+        image processor and chat template, so AutoProcessor loads the directory back), else the tokenizer."""
+        return self.renderer.processor if self.renderer.processor is not None else self.tokenizer
 
     @property
     def engine(self) -> Any:
@@ -106,7 +113,7 @@ class Run:
 
     def _save(self, step: int, state: dict[str, Any]) -> Path:
         try:
-            return save_checkpoint(self.run_dir, step, exportable(self.policy), self.tokenizer, state,
+            return save_checkpoint(self.run_dir, step, exportable(self.policy), self.saver, state,
                                    self.cfg.checkpoint.keep_last)
         except OSError as err:  # e.g. a full disk: the previous checkpoint is untouched (atomic write)
             previous = latest_checkpoint(self.run_dir)
@@ -122,10 +129,11 @@ def open_run(cfg: Config, run_dir: Path, resume: bool, task: Any, tokenizer: Any
     checkpoint = _resume_point(run_dir) if resume else None
     roles = place_roles(cfg, tokenizer, device, checkpoint)
     try:
+        processor = load_processor(cfg.model.path) if getattr(task, "visual", False) else None
         prompts = task.heldout if cfg.train.prompt_split == "heldout" else task.train  # heldout: test-time RL
         run = Run(
             cfg=cfg, run_dir=run_dir, task=task, prompts=prompts, tokenizer=tokenizer,
-            renderer=PromptRenderer(task, tokenizer, cfg.model.chat_template), roles=roles,
+            renderer=PromptRenderer(task, tokenizer, cfg.model.chat_template, processor), roles=roles,
             sampler=SAMPLERS.build(cfg.sampling.name, cfg.sampling.params, where="sampling", prompts=prompts,
                                    seed=cfg.run.seed),
             params=SamplingParams(n=cfg.rollout.n, temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,

@@ -50,6 +50,7 @@ class VisionTask(Task):
     """Base of the synthetic visual tasks: seeded scenes, scene-disjoint splits, multimodal messages."""
 
     name = "vision"
+    visual = True
     default_prompt_template = "{question}"
     default_chat_template = "{question}"
 
