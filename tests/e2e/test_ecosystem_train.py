@@ -3,7 +3,7 @@ ecosystem: a single-turn and a multi-turn verifiers environment, and an OpenEnv 
 
 They check the wiring end to end (the rubric's functions in the metrics, the episodes' rubric scores in the
 rollouts, finite losses). That the built-in model learns the single-turn environment is measured by a longer run
-in docs/environments-adapters.md, not here.
+in docs/environments.md, not here.
 """
 
 from __future__ import annotations
