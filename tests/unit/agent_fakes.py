@@ -9,6 +9,15 @@ from rlvr.rollout.base import RolloutEngine, SamplingParams
 from rlvr.rollout.format import format_tool_call
 from rlvr.types import Sample
 
+# a chat template with tools in the Hermes/Qwen style (<tool_call> blocks, <tool_response> observations)
+TOOLS_TEMPLATE = (
+    "{%- if tools %}<|system|>Tools:{% for t in tools %}\n{{ t | tojson }}{% endfor %}<|endoftext|>{% endif %}"
+    "{%- for m in messages %}<|{{ m['role'] }}|>"
+    "{% if m['role'] == 'tool' %}<tool_response>\n{{ m['content'] }}\n</tool_response>"
+    "{% else %}{{ m['content'] }}{% endif %}<|endoftext|>{% endfor %}"
+    "{%- if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
 # policy(context text) -> (action text, end) with end "eos" (append EOS) or None (stopped by a stop string)
 Policy = Callable[[str], tuple[str, str | None]]
 

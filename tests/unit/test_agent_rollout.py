@@ -7,7 +7,7 @@ import time
 
 import pytest
 import torch
-from agent_fakes import ScriptedEngine, calculator_policy, raw_policy
+from agent_fakes import TOOLS_TEMPLATE, ScriptedEngine, calculator_policy, raw_policy
 
 from rlvr.config import AgentConfig
 from rlvr.models.byte_tokenizer import build_byte_tokenizer
@@ -21,14 +21,6 @@ from rlvr.rollout.tools import Tool, ToolSet
 from rlvr.rollout.tools.calculator import Calculator
 from rlvr.tasks import PromptRenderer, build_task
 from rlvr.types import Batch, Group
-
-TOOLS_TEMPLATE = (
-    "{%- if tools %}<|system|>Tools:{% for t in tools %}\n{{ t | tojson }}{% endfor %}<|endoftext|>{% endif %}"
-    "{%- for m in messages %}<|{{ m['role'] }}|>"
-    "{% if m['role'] == 'tool' %}<tool_response>\n{{ m['content'] }}\n</tool_response>"
-    "{% else %}{{ m['content'] }}{% endif %}<|endoftext|>{% endfor %}"
-    "{%- if add_generation_prompt %}<|assistant|>{% endif %}"
-)
 
 
 @pytest.fixture(scope="module")

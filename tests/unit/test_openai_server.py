@@ -15,7 +15,7 @@ openai = pytest.importorskip("openai")
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from agent_fakes import ScriptedEngine  # noqa: E402
+from agent_fakes import TOOLS_TEMPLATE, ScriptedEngine  # noqa: E402
 
 from rlvr.config import load_config  # noqa: E402
 from rlvr.errors import ConfigError  # noqa: E402
@@ -29,13 +29,6 @@ from rlvr.rollout.harness import HarnessRunner, load_harness  # noqa: E402
 from rlvr.tasks import PromptRenderer, build_task  # noqa: E402
 from rlvr.types import Batch  # noqa: E402
 
-TOOLS_TEMPLATE = (
-    "{%- if tools %}<|system|>Tools:{% for t in tools %}\n{{ t | tojson }}{% endfor %}<|endoftext|>{% endif %}"
-    "{%- for m in messages %}<|{{ m['role'] }}|>"
-    "{% if m['role'] == 'tool' %}<tool_response>\n{{ m['content'] }}\n</tool_response>"
-    "{% else %}{{ m['content'] }}{% endif %}<|endoftext|>{% endfor %}"
-    "{%- if add_generation_prompt %}<|assistant|>{% endif %}"
-)
 CALCULATOR = {"type": "function", "function": {"name": "calculator", "description": "Evaluate arithmetic.",
                                                "parameters": {"type": "object",
                                                               "properties": {"expression": {"type": "string"}}}}}
