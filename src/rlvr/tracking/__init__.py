@@ -17,13 +17,14 @@ from rlvr.tracking.jsonl import METRICS_FILE, JsonlSink, read_metrics, truncate_
 from rlvr.tracking.keys import MetricKeys, mlflow_key
 from rlvr.tracking.logger import SINKS, MetricsLogger, SinkFactory, build_sinks, check_sinks
 from rlvr.tracking.optional import MLflowSink, TensorBoardSink, WandbSink
-from rlvr.tracking.rollouts import ROLLOUTS_FILE, RolloutWriter, read_rollouts
+from rlvr.tracking.rollouts import ROLLOUTS_FILE, THUMBNAIL_SIDE, RolloutWriter, read_rollouts, thumbnail_data_uri
 from rlvr.tracking.sink import Sink, TrackingError
 
 __all__ = [
     "METRICS_FILE",
     "ROLLOUTS_FILE",
     "SINKS",
+    "THUMBNAIL_SIDE",
     "JsonlSink",
     "MLflowSink",
     "MetricKeys",
@@ -39,5 +40,6 @@ __all__ = [
     "mlflow_key",
     "read_metrics",
     "read_rollouts",
+    "thumbnail_data_uri",
     "truncate_jsonl",
 ]
