@@ -93,7 +93,7 @@ _SCRIPT = r"""
     parent.appendChild(span);
   }
   function thumbs(d) {
-    // the prompt's images: clones of the page's hidden <img id="rimg-N">, N from d.images (numbers only)
+    // the prompt's images: clones of the hidden store's images "rimg-N", N from d.images (numbers only)
     if (!Array.isArray(d.images)) return null;
     var box = el("div", "thumbs");
     d.images.forEach(function (item, i) {
