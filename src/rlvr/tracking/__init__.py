@@ -17,7 +17,13 @@ from rlvr.tracking.jsonl import METRICS_FILE, JsonlSink, read_metrics, truncate_
 from rlvr.tracking.keys import MetricKeys, mlflow_key
 from rlvr.tracking.logger import SINKS, MetricsLogger, SinkFactory, build_sinks, check_sinks
 from rlvr.tracking.optional import MLflowSink, TensorBoardSink, WandbSink
-from rlvr.tracking.rollouts import ROLLOUTS_FILE, THUMBNAIL_SIDE, RolloutWriter, read_rollouts, thumbnail_data_uri
+from rlvr.tracking.rollouts import (
+    ROLLOUTS_FILE,
+    THUMBNAIL_SIDE,
+    RolloutWriter,
+    read_rollouts,
+    thumbnail_data_uri,
+)
 from rlvr.tracking.sink import Sink, TrackingError
 
 __all__ = [
