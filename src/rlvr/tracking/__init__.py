@@ -6,8 +6,8 @@
   (`optional.py`; the keys they store are made by `keys.py`).
 - `MetricsLogger` fans `log(step, metrics)` out to the sinks `build_sinks` made from `logging.sinks`
   (`logger.py`; the `Sink` protocol and `TrackingError` are in `sink.py`).
-- `RolloutWriter` keeps a few prompts and responses per step in rollouts.jsonl for the HTML report
-  (`rollouts.py`).
+- `RolloutWriter` keeps a few prompts and responses per step in rollouts.jsonl for the HTML report, with
+  small PNG thumbnails of an image task's prompt images (`rollouts.py`).
 
 On resume every sink drops (or overwrites) what was logged after the checkpoint's step, so a resumed run's
 logs read as if it had never stopped.
