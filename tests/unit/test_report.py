@@ -186,7 +186,7 @@ def test_visual_run_has_thumbnails_as_data_uri_images(tmp_path):
     assert [d["images"] for d in data if d["step"] == 1] == [[[0], [1, 2, 3]]] * 2  # every sample of the group
     assert [d["images"] for d in data if d["step"] == 2] == [[[0]]] * 2  # only the valid URI is kept
     assert "onerror" not in page and "javascript:" not in page and "text/html" not in page
-    assert "left out 3 prompt images that were not base64 image data URIs" in page
+    assert "left out 3 prompt image(s) that were not base64 image data URIs" in page
     csp = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', page).group(1)
     assert "img-src data:;" in csp  # images only from data: URIs: the page stays self-contained
 

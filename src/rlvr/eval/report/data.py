@@ -111,7 +111,7 @@ def _share_group_images(rollouts: list[dict[str, Any]], notes: list[str]) -> Non
         if items:
             by_group[(r.get("step"), r.get("group"))] = items
     if bad:
-        notes.append(f"rollouts.jsonl: left out {bad} prompt images that were not base64 image data URIs")
+        notes.append(f"rollouts.jsonl: left out {bad} prompt image(s) that were not base64 image data URIs")
     for r in rollouts:
         items = by_group.get((r.get("step"), r.get("group")))
         if items:
