@@ -3,7 +3,8 @@ back the DOM the script produced (`--dump-dom` after `--virtual-time-budget`).
 
 Checked: the page loads without script errors, the plots are laid out, the rollout filter and search (driven
 through the URL hash) show the right rows, and model output that looks like HTML or script stays inert text.
-A screenshot is kept at tests/artifacts/report.png. Skipped when no Chromium/Chrome binary is found
+For a visual run, the prompts' image thumbnails (data-URI PNGs) are in the cards and decode (naturalWidth > 0,
+counted by the page's script). Screenshots are kept at tests/artifacts/report.png and report_images.png. Skipped when no Chromium/Chrome binary is found
 (set RLVR_CHROMIUM to point at one).
 """
 
@@ -79,6 +80,43 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_report(run)
 
 
+def thumb_uri(color: tuple[int, int, int], size: tuple[int, int]) -> str:
+    import base64
+    import io
+
+    from PIL import Image, ImageDraw
+
+    image = Image.new("RGB", size, (245, 245, 245))
+    ImageDraw.Draw(image).rectangle((4, 4, size[0] // 2, size[1] // 2), fill=color)
+    buf = io.BytesIO()
+    image.save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+@pytest.fixture(scope="module")
+def visual_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run on a visual task as RolloutWriter stores it: thumbnails on each group's first sample; group 1's
+    prompt is a 3-frame clip. Step 2 also holds a stored "image" that is markup, which must not reach the page."""
+    run = tmp_path_factory.mktemp("vrun")
+    (run / "config.yaml").write_text("run:\n  name: visual-test\ntask:\n  name: vl_count\n")
+    rows = []
+    for step in (1, 2):
+        for g in range(2):
+            for i in range(2):
+                row = {"step": step, "group": g, "sample": i, "prompt_id": f"v{g}", "prompt": "Q: <image>How many?A:",
+                       "response": f" rc: {g + i}", "reward": float(i == 0), "rewards": {"correctness": float(i == 0)},
+                       "reasons": {}, "correct": i == 0, "advantage": 0.5 - i, "finish_reason": "stop", "length": 6,
+                       "policy_version": step - 1, "answer": str(g), "difficulty": g + 1}
+                if i == 0:
+                    row["images"] = ([[thumb_uri((200, 0, 0), (48, 48))]] if g == 0 else
+                                     [[thumb_uri((0, 0, 40 * f + 100), (64, 40)) for f in range(3)]])
+                    if step == 2 and g == 0:
+                        row["images"].append(['"><img src=x onerror="document.title=1">'])
+                rows.append(row)
+    (run / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return write_report(run)
+
+
 def browser_args(chromium: str, profile: Path) -> list[str]:
     return [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
             "--disable-component-update", "--no-first-run", "--disable-extensions", "--mute-audio",
@@ -103,6 +141,7 @@ class Dom(HTMLParser):
         self.articles: list[dict[str, str]] = []
         self.responses: list[str] = []
         self.tags_in_list: list[str] = []
+        self.thumbs: list[dict[str, str]] = []  # <img> attributes inside the rollout list
         self.plots = 0
         self._stack: list[str] = []
         self._in_list = 0
@@ -111,6 +150,8 @@ class Dom(HTMLParser):
 
     def handle_starttag(self, tag, attrs):
         a = {k: v or "" for k, v in attrs}
+        if tag == "img" and self._in_list:
+            self.thumbs.append(a)
         if tag == "body":
             self.body = a
         if a.get("id") == "rollout-count":
@@ -193,3 +234,30 @@ def test_screenshot(chromium, report, tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000  # a rendered page, not a blank one
+
+
+def test_visual_run_shows_prompt_thumbnails(chromium, visual_report, tmp_path):
+    dom, _ = dump(chromium, visual_report, tmp_path)
+    assert dom.body.get("data-ready") == "1" and "data-js-error" not in dom.body, dom.body.get("data-js-error")
+    assert len(dom.articles) == 8 and all("with-images" in a["class"].split() for a in dom.articles)
+    # group 0: one image per sample; group 1: a clip of three frames per sample; 2 steps x 2 samples each
+    assert len(dom.thumbs) == 2 * 2 * (1 + 3)
+    assert all(t["src"].startswith("data:image/png;base64,") and t["class"] == "thumb" for t in dom.thumbs)
+    assert dom.body["data-images-shown"] == dom.body["data-images-loaded"] == "16"  # all decoded: naturalWidth > 0
+    assert "onerror" not in "".join(t["src"] for t in dom.thumbs) and dom.title.strip() == "rlvr report: visual-test"
+
+    dom, _ = dump(chromium, visual_report, tmp_path, "#filter=incorrect&step=2")
+    assert len(dom.articles) == 2 and dom.body["data-images-shown"] == dom.body["data-images-loaded"] == "4"
+
+
+def test_visual_screenshot_shows_the_thumbnails(chromium, visual_report, tmp_path):
+    from PIL import Image
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / "report_images.png"
+    shot.unlink(missing_ok=True)
+    out = run_browser([*browser_args(chromium, tmp_path / "profile"), "--hide-scrollbars", "--window-size=900,1400",
+                       f"--screenshot={shot}", visual_report.resolve().as_uri()])
+    assert out.returncode == 0, out.stderr[-2000:]
+    pixels = Image.open(shot).convert("RGB").getdata()
+    assert sum(1 for p in pixels if p == (200, 0, 0)) > 500  # the red squares of group 0's image are drawn

@@ -150,3 +150,48 @@ def test_reward_components_chart_holds_only_rewards_and_telemetry_has_its_own(tm
     telemetry = re.search(r'<svg[^>]*data-plot="hack_telemetry".*?</svg>', page, re.S)
     assert telemetry and "blocked_frac" in telemetry.group(0) and "anomaly_frac" in telemetry.group(0)
     assert re.search(r'<svg[^>]*data-plot="verifier_throughput"', page)
+
+
+def thumb_uri(color: tuple[int, int, int], size: tuple[int, int] = (48, 48)) -> str:
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", size, color).save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def visual_run(run_dir: Path) -> Path:
+    """fake_run's files with image thumbnails on each group's first sample, as RolloutWriter stores them, plus
+    stored "images" that are not image data URIs."""
+    fake_run(run_dir)
+    red, clip = thumb_uri((255, 0, 0)), [thumb_uri((0, 0, 50 * i)) for i in range(3)]
+    rows = [json.loads(line) for line in (run_dir / "rollouts.jsonl").read_text().splitlines()]
+    for r in rows:
+        if r["sample"] == 0:
+            r["images"] = [[red], clip] if r["step"] == 1 else [[red, 'data:image/png;base64,AA" onerror="x'],
+                                                                ["javascript:alert(1)"], "data:text/html;base64,PGI+"]
+    (run_dir / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return run_dir
+
+
+def test_visual_run_has_thumbnails_as_data_uri_images(tmp_path):
+    page = write_report(visual_run(tmp_path / "run")).read_text()
+    store = re.search(r'<div id="rollout-images" hidden>(.*?)</div>', page, re.S).group(1)
+    imgs = re.findall(r'<img id="rimg-(\d+)" src="(data:image/png;base64,[A-Za-z0-9+/=]+)" alt="">', store)
+    assert [int(i) for i, _ in imgs] == [0, 1, 2, 3]  # the red image once, though two groups show it
+    assert store == "".join(f'<img id="rimg-{i}" src="{u}" alt="">' for i, u in imgs)  # nothing else in there
+    data = embedded_data(page)
+    assert [d["images"] for d in data if d["step"] == 1] == [[[0], [1, 2, 3]]] * 2  # every sample of the group
+    assert [d["images"] for d in data if d["step"] == 2] == [[[0]]] * 2  # only the valid URI is kept
+    assert "onerror" not in page and "javascript:" not in page and "text/html" not in page
+    assert "left out 3 prompt image(s) that were not base64 image data URIs" in page
+    csp = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', page).group(1)
+    assert "img-src data:;" in csp  # images only from data: URIs: the page stays self-contained
+
+
+def test_text_run_has_no_images(tmp_path):
+    page = write_report(fake_run(tmp_path / "run")).read_text()
+    assert "rollout-images" not in page.split("<script")[0] and "<img" not in page
+    assert all("images" not in d for d in embedded_data(page))

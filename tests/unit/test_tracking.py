@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import subprocess
 import sys
@@ -210,3 +212,54 @@ def test_rollout_texts_are_cut(tmp_path):
     groups[0].samples[0].text = "x" * 100
     RolloutWriter(tmp_path, every=1, max_per_step=1, max_chars=10).write(1, groups)
     assert json.loads((Path(tmp_path) / "rollouts.jsonl").read_text())["response"] == "x" * 10
+
+
+def png_bytes(size: tuple[int, int], color: tuple[int, int, int]) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", size, color).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def decode_uri(uri: str):
+    from PIL import Image
+
+    prefix = "data:image/png;base64,"
+    assert uri.startswith(prefix)
+    return Image.open(io.BytesIO(base64.b64decode(uri[len(prefix):], validate=True)))
+
+
+def test_rollout_writer_stores_small_thumbnails_for_visual_prompts(tmp_path):
+    from PIL import Image
+
+    groups = make_groups(1, num_groups=3, n=2)
+    big = Image.new("RGB", (300, 120), (200, 30, 30))
+    clip = [png_bytes((48, 48), (0, 0, 255 - 40 * i)) for i in range(3)]
+    groups[0].record.images = [big, clip]  # an image and a 3-frame clip
+    groups[1].record.images = [b"not an image", png_bytes((20, 40), (0, 128, 0))]  # one broken, one fine
+    # groups[2] is a text prompt
+    writer = RolloutWriter(tmp_path, every=1, max_per_step=6)
+    assert writer.write(1, groups) == 6
+    rows = read_rollouts(tmp_path)
+    first = rows[0]
+    assert [len(item) for item in first["images"]] == [1, 3]  # [image], [frame, frame, frame]
+    sizes = [decode_uri(u).size for item in first["images"] for u in item]
+    assert sizes == [(64, 26), (48, 48), (48, 48), (48, 48)]  # longer side <= 64, aspect kept, never enlarged
+    assert len(json.dumps(first["images"])) < 4_000  # a few hundred bytes per thumbnail
+    assert "images" not in rows[1]  # once per group: on its first sample
+    assert [decode_uri(u).size for item in rows[2]["images"] for u in item] == [(20, 40)]  # broken one left out
+    assert all("images" not in r for r in rows[4:])  # text prompt: no key at all (format unchanged)
+    (tmp_path / "text").mkdir()
+    RolloutWriter(tmp_path / "text", every=1, max_per_step=8).write(1, make_groups(1))
+    assert all("images" not in r for r in read_rollouts(tmp_path / "text"))
+
+
+def test_thumbnails_are_capped_per_prompt(tmp_path):
+    from rlvr.tracking.rollouts import MAX_THUMBNAILS, record_thumbnails
+
+    frame = png_bytes((8, 8), (1, 2, 3))
+    record = TaskRecord(id="v", question="?", answer=1, images=[[frame] * 10, [frame] * 10, frame])
+    thumbs = record_thumbnails(record)
+    assert [len(t) for t in thumbs] == [10, MAX_THUMBNAILS - 10]
+    assert record_thumbnails(TaskRecord(id="t", question="?", answer=1)) == []

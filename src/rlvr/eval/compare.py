@@ -220,17 +220,26 @@ def run_compare(cfg: Any, base: str, trained: str, out_dir: str | Path) -> dict[
 
     BASE and TRAINED are model directories (or 'builtin'), evaluated with `cfg` (its eval.n and eval.ks should
     be n and `powers_of_two(n)`; both models get the same prompts and seed) into OUT/eval_base.json and
-    OUT/eval_trained.json; an existing .json file is read as a finished evaluation instead.
+    OUT/eval_trained.json; an existing .json file is read as a finished evaluation instead. Both models are
+    checked against the task first (`check_eval_model`: e.g. an image task needs two vision-language models),
+    so a wrong TRAINED fails before BASE's evaluation runs; errors name BASE or TRAINED.
     """
     out_dir = Path(out_dir)
+    sources = {"base": str(base), "trained": str(trained)}
+    models = {side: src for side, src in sources.items() if not src.endswith(".json")}
+    if models:  # check both models against the task before the first (long) evaluation starts
+        from rlvr.eval.run import check_eval_model, run_eval
+        from rlvr.tasks import build_task
+
+        task = build_task(cfg.task.name, cfg.task.params)
+        for side, src in models.items():
+            check_eval_model(cfg, task, src, key=side.upper())
     results = {}
-    for side, source in (("base", base), ("trained", trained)):
-        if str(source).endswith(".json"):
+    for side, source in sources.items():
+        if side not in models:
             results[side] = load_result(source)
         else:
-            from rlvr.eval.run import run_eval
-
-            results[side] = run_eval(cfg, str(source), out_dir / f"eval_{side}.json")
+            results[side] = run_eval(cfg, source, out_dir / f"eval_{side}.json", key=side.upper())
     result = compare_models(results["base"], results["trained"], base_name=str(base), trained_name=str(trained))
     write_comparison(result, out_dir)
     return result

@@ -16,27 +16,41 @@ from rlvr.runtime import ProgressReporter, console, seed_everything, step_seed
 from rlvr.tasks import PromptRenderer, build_task
 
 
-def run_eval(cfg: Config, model_path: str, out: Path | None) -> dict[str, Any]:
+def check_eval_model(cfg: Config, task: Any, model_path: str, key: str = "MODEL_DIR") -> None:
+    """Raise a ConfigError naming `key` unless `model_path` and the engine can be evaluated on `task`: an image
+    task needs a vision-language checkpoint and an engine that takes images; a text task needs a text model (a
+    vision-language checkpoint is evaluated on image tasks only, for now). Cheap: reads config.json only."""
+    visual = getattr(task, "visual", False)
+    vision_model = is_vision_checkpoint(model_path, trust_remote_code=cfg.model.trust_remote_code, key=key)
+    if visual and not vision_model:
+        raise ConfigError(f"{key}: '{model_path}' is a text-only model (no vision_config), but task "
+                          f"'{cfg.task.name}' has images; evaluate a vision-language checkpoint such as builtin-vl")
+    if visual and not getattr(ENGINES.get(cfg.rollout.engine), "multimodal", False):
+        raise ConfigError(f"rollout.engine: the {cfg.rollout.engine} engine does not take images yet; task "
+                          f"'{cfg.task.name}' has images, so set rollout.engine=hf")
+    if vision_model and not visual:
+        raise ConfigError(f"{key}: '{model_path}' is a vision-language model (it has a vision_config), but task "
+                          f"'{cfg.task.name}' is text-only; rlvr evaluates vision-language models on image tasks "
+                          "(vl_count, vl_digits_sum, ...) only for now. Evaluate a text model (e.g. builtin) here")
+
+
+def run_eval(cfg: Config, model_path: str, out: Path | None, *, key: str = "MODEL_DIR") -> dict[str, Any]:
+    """Evaluate `model_path` on the held-out split of `cfg`'s task; `key` names the model in error messages."""
     seed_everything(cfg.run.seed)
     task = build_task(cfg.task.name, cfg.task.params)
+    check_eval_model(cfg, task, model_path, key)
     device = resolve_device(cfg.model.device)
     tokenizer = load_tokenizer(cfg.model.tokenizer_path or model_path,
-                               trust_remote_code=cfg.model.trust_remote_code, key="MODEL_DIR")
+                               trust_remote_code=cfg.model.trust_remote_code, key=key)
     dtype = resolve_dtype(cfg.model.dtype, device)
     processor = None
     if getattr(task, "visual", False):  # images: a vision-language model, its processor, an engine that takes them
-        if not is_vision_checkpoint(model_path, key="MODEL_DIR"):
-            raise ConfigError(f"MODEL_DIR: '{model_path}' is a text-only model (no vision_config), but task "
-                              f"'{cfg.task.name}' has images; evaluate a vision-language checkpoint such as builtin-vl")
-        if not getattr(ENGINES.get(cfg.rollout.engine), "multimodal", False):
-            raise ConfigError(f"rollout.engine: the {cfg.rollout.engine} engine does not take images yet; task "
-                              f"'{cfg.task.name}' has images, so set rollout.engine=hf")
         model = load_vlm_for_training(model_path, dtype=dtype, device=device, trainable=False,
-                                      trust_remote_code=cfg.model.trust_remote_code, key="MODEL_DIR")
-        processor = load_processor(model_path, trust_remote_code=cfg.model.trust_remote_code, key="MODEL_DIR")
+                                      trust_remote_code=cfg.model.trust_remote_code, key=key)
+        processor = load_processor(model_path, trust_remote_code=cfg.model.trust_remote_code, key=key)
     else:
         model = load_causal_lm(model_path, dtype=dtype, device=device,
-                               trust_remote_code=cfg.model.trust_remote_code, trainable=False, key="MODEL_DIR")
+                               trust_remote_code=cfg.model.trust_remote_code, trainable=False, key=key)
     check_vocab(tokenizer, model)
     renderer = PromptRenderer(task, tokenizer, cfg.model.chat_template, processor)
     engine = build_engine(cfg.rollout.engine, cfg.rollout.engine_options, cfg.rollout.batch_size, model, tokenizer)

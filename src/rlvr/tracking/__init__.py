@@ -6,8 +6,8 @@
   (`optional.py`; the keys they store are made by `keys.py`).
 - `MetricsLogger` fans `log(step, metrics)` out to the sinks `build_sinks` made from `logging.sinks`
   (`logger.py`; the `Sink` protocol and `TrackingError` are in `sink.py`).
-- `RolloutWriter` keeps a few prompts and responses per step in rollouts.jsonl for the HTML report
-  (`rollouts.py`).
+- `RolloutWriter` keeps a few prompts and responses per step in rollouts.jsonl for the HTML report, with
+  small PNG thumbnails of an image task's prompt images (`rollouts.py`).
 
 On resume every sink drops (or overwrites) what was logged after the checkpoint's step, so a resumed run's
 logs read as if it had never stopped.
@@ -17,13 +17,20 @@ from rlvr.tracking.jsonl import METRICS_FILE, JsonlSink, read_metrics, truncate_
 from rlvr.tracking.keys import MetricKeys, mlflow_key
 from rlvr.tracking.logger import SINKS, MetricsLogger, SinkFactory, build_sinks, check_sinks
 from rlvr.tracking.optional import MLflowSink, TensorBoardSink, WandbSink
-from rlvr.tracking.rollouts import ROLLOUTS_FILE, RolloutWriter, read_rollouts
+from rlvr.tracking.rollouts import (
+    ROLLOUTS_FILE,
+    THUMBNAIL_SIDE,
+    RolloutWriter,
+    read_rollouts,
+    thumbnail_data_uri,
+)
 from rlvr.tracking.sink import Sink, TrackingError
 
 __all__ = [
     "METRICS_FILE",
     "ROLLOUTS_FILE",
     "SINKS",
+    "THUMBNAIL_SIDE",
     "JsonlSink",
     "MLflowSink",
     "MetricKeys",
@@ -39,5 +46,6 @@ __all__ = [
     "mlflow_key",
     "read_metrics",
     "read_rollouts",
+    "thumbnail_data_uri",
     "truncate_jsonl",
 ]

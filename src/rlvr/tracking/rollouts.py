@@ -1,9 +1,13 @@
 """Rollout samples for the HTML report: `RolloutWriter` keeps a few prompts and responses per step in
-RUN_DIR/rollouts.jsonl, and `read_rollouts` reads them back."""
+RUN_DIR/rollouts.jsonl, and `read_rollouts` reads them back. For a visual task the writer also keeps each
+stored prompt's images as small PNG thumbnails (`thumbnail_data_uri`)."""
 
 from __future__ import annotations
 
+import base64
+import io
 import json
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -11,6 +15,41 @@ from typing import Any
 from rlvr.tracking.jsonl import _jsonable, truncate_jsonl
 
 ROLLOUTS_FILE = "rollouts.jsonl"
+THUMBNAIL_SIDE = 64  # pixels, the longer side of a stored thumbnail
+MAX_THUMBNAILS = 16  # per prompt (images plus clip frames); the rest are not stored
+
+log = logging.getLogger(__name__)
+
+
+def thumbnail_data_uri(image: Any, max_side: int = THUMBNAIL_SIDE) -> str:
+    """An image item (PIL image, path or bytes) as a `data:image/png;base64,...` URI of a PNG thumbnail whose
+    longer side is at most `max_side` pixels (aspect ratio kept; smaller images are not enlarged)."""
+    from rlvr.tasks.images import load_image
+
+    thumb = load_image(image).copy()
+    thumb.thumbnail((max_side, max_side))
+    buf = io.BytesIO()
+    thumb.save(buf, format="PNG", optimize=True)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def record_thumbnails(record: Any, max_side: int = THUMBNAIL_SIDE, limit: int = MAX_THUMBNAILS) -> list[list[str]]:
+    """The thumbnails of a task record's images, one list per image item: [uri] for an image, the frames' URIs
+    in order for a clip. At most `limit` thumbnails in all; an image that cannot be decoded is left out."""
+    out: list[list[str]] = []
+    left = limit
+    for item in record.images or []:
+        frames = list(item) if isinstance(item, (list, tuple)) else [item]
+        uris = []
+        for frame in frames[:max(left, 0)]:
+            try:
+                uris.append(thumbnail_data_uri(frame, max_side))
+            except Exception as err:  # the report is a view: a broken image is left out, never a failed step
+                log.debug("rollouts: no thumbnail for record %r: %s", getattr(record, "id", "?"), err)
+        left -= len(frames)
+        if uris:
+            out.append(uris)
+    return out
 
 
 class RolloutWriter:
@@ -21,17 +60,23 @@ class RolloutWriter:
         advantage (float, or one float per response token), finish_reason, length (response tokens),
         policy_version, answer (the reference answer, as text), difficulty
 
+    and, for a prompt with images (a visual task), `images` on the group's first stored sample only: one list
+    per image item of the prompt, [data URI] for an image or the frames' data URIs for a clip, each a PNG
+    thumbnail at most `thumbnail_side` pixels on its longer side (`record_thumbnails`). Text-only prompts get
+    no `images` key.
+
     It writes on steps divisible by `every` (0 switches it off), taking whole groups in order until
     `max_per_step` samples are stored, so advantages can be read against the rest of their group. Texts are
     cut at `max_chars`. On resume, lines after the checkpoint's step are dropped.
     """
 
     def __init__(self, run_dir: Path, every: int, max_per_step: int, *, resume_from_step: int | None = None,
-                 max_chars: int = 20_000):
+                 max_chars: int = 20_000, thumbnail_side: int = THUMBNAIL_SIDE):
         if every < 0 or max_per_step < 0:
             raise ValueError(f"every and max_per_step must be >= 0; got {every}, {max_per_step}")
         self.path = Path(run_dir) / ROLLOUTS_FILE
         self.every, self.max_per_step, self.max_chars = every, max_per_step, max_chars
+        self.thumbnail_side = thumbnail_side
         if resume_from_step is not None:
             truncate_jsonl(self.path, resume_from_step)
 
@@ -44,8 +89,12 @@ class RolloutWriter:
             for si, sample in enumerate(group.samples):
                 if len(lines) >= self.max_per_step:
                     break
-                lines.append(json.dumps(self.record(step, gi, si, group, sample), default=str,
-                                        ensure_ascii=False))
+                row = self.record(step, gi, si, group, sample)
+                if si == 0 and getattr(group.record, "images", None):
+                    thumbs = record_thumbnails(group.record, self.thumbnail_side)
+                    if thumbs:
+                        row["images"] = thumbs
+                lines.append(json.dumps(row, default=str, ensure_ascii=False))
             if len(lines) >= self.max_per_step:
                 break
         with self.path.open("a", encoding="utf-8") as f:

@@ -11,7 +11,8 @@ says which files were missing.
 
 Sections: summary, training curves (metrics.jsonl), held-out evaluation (eval_*.json: pass@k and maj@k tables,
 before/after, per difficulty), rollouts (rollouts.jsonl; filter by correctness, step and text; the state is
-kept in the URL hash, e.g. report.html#filter=correct&step=10&q=carry), config (config.yaml, versions.json).
+kept in the URL hash, e.g. report.html#filter=correct&step=10&q=carry; on image tasks each prompt's thumbnails
+beside its samples, embedded once each as checked data-URI `<img>`s), config (config.yaml, versions.json).
 
 Modules: `data.py` reads the run directory, `charts.py` draws the SVG plots, `sections.py` builds each
 section's HTML, `embed.py` escapes untrusted text, `assets.py` holds the template, CSS and script, and

@@ -41,6 +41,11 @@ background:#fff;padding:6px 0;border-bottom:1px solid #eee}
 .rollout .meta{display:flex;flex-wrap:wrap;gap:4px 14px;font-size:12px;color:#444}
 .rollout .meta b{color:#111}.badge{font-weight:600}.ok .badge{color:#1b7a1b}.bad .badge{color:#b31b1b}
 .rollout summary{cursor:pointer;font-size:12px;color:#555}
+.rollout.with-images{display:flex;gap:12px;align-items:flex-start}.rollout .main{flex:1;min-width:0}
+.thumbs{display:flex;flex-direction:column;gap:6px;flex:none;padding-top:2px}
+.thumbs .clip{display:flex;gap:3px;padding:2px;border:1px dashed #bbb;border-radius:3px}
+img.thumb{width:64px;height:64px;object-fit:contain;image-rendering:pixelated;border:1px solid #ddd;
+background:#f5f5f7;display:block}
 """
 
 _SCRIPT = r"""
@@ -87,9 +92,36 @@ _SCRIPT = r"""
     span.appendChild(el("b", "", value));
     parent.appendChild(span);
   }
+  function thumbs(d) {
+    // the prompt's images: clones of the hidden store's images "rimg-N", N from d.images (numbers only)
+    if (!Array.isArray(d.images)) return null;
+    var box = el("div", "thumbs");
+    d.images.forEach(function (item, i) {
+      if (!Array.isArray(item)) return;
+      var holder = el("div", item.length > 1 ? "clip" : "image");
+      item.forEach(function (k, j) {
+        var src = Number.isInteger(k) ? document.getElementById("rimg-" + k) : null;
+        if (!src) return;
+        var img = src.cloneNode(false);
+        img.removeAttribute("id");
+        img.className = "thumb";
+        img.alt = item.length > 1 ? "prompt clip " + (i + 1) + ", frame " + (j + 1) : "prompt image " + (i + 1);
+        holder.appendChild(img);
+      });
+      if (holder.childNodes.length) box.appendChild(holder);
+    });
+    return box.childNodes.length ? box : null;
+  }
   function card(d) {
-    var c = el("article", "rollout " + (d.correct === true ? "ok" : "bad"));
-    c.setAttribute("data-step", String(d.step));
+    var article = el("article", "rollout " + (d.correct === true ? "ok" : "bad"));
+    article.setAttribute("data-step", String(d.step));
+    var c = article, pics = thumbs(d);
+    if (pics) {
+      article.className += " with-images";
+      article.appendChild(pics);
+      c = el("div", "main");
+      article.appendChild(c);
+    }
     var meta = el("div", "meta");
     meta.appendChild(el("span", "badge", d.correct === true ? "\u2713 correct" : (d.correct === false ? "\u2717 incorrect" : "? unverified")));
     field(meta, "step", fmt(d.step));
@@ -120,7 +152,15 @@ _SCRIPT = r"""
     det.appendChild(el("pre", "prompt", d.prompt));
     c.appendChild(det);
     c.appendChild(el("pre", "response", d.response));
-    return c;
+    return article;
+  }
+  function imageStatus() {
+    // how many prompt thumbnails are on screen and how many decoded (naturalWidth > 0), for tests and readers
+    var all = list ? list.querySelectorAll("img.thumb") : [];
+    var loaded = 0;
+    Array.prototype.forEach.call(all, function (img) { if (img.complete && img.naturalWidth > 0) loaded += 1; });
+    body.setAttribute("data-images-shown", String(all.length));
+    body.setAttribute("data-images-loaded", String(loaded));
   }
   function matches(d, f, q, st) {
     if (f === "correct" && d.correct !== true) return false;
@@ -148,6 +188,7 @@ _SCRIPT = r"""
     count.setAttribute("data-matched", String(matched));
     count.setAttribute("data-shown", String(shown));
     count.setAttribute("data-total", String(data.length));
+    imageStatus();
   }
   function parseHash() {
     var out = {};
@@ -175,6 +216,10 @@ _SCRIPT = r"""
     sSel.value = steps.indexOf(h.step) >= 0 ? h.step : "all";
     qBox.value = h.q || "";
     render();
+  }
+  if (list) {
+    list.addEventListener("load", imageStatus, true);  // load events do not bubble; capture them
+    list.addEventListener("error", imageStatus, true);
   }
   if (fSel) {
     data.forEach(function (d) { var s = String(d.step); if (steps.indexOf(s) < 0) steps.push(s); });

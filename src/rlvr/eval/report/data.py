@@ -4,6 +4,7 @@ missing or unreadable becomes a note on the page, never an error."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -80,3 +81,48 @@ def _thin_rollouts(rollouts: list[dict[str, Any]], limit: int) -> tuple[list[dic
     keep = {steps[i] for i in idx}
     kept = [r for r in rollouts if r.get("step") in keep][:limit]
     return kept, len(steps) - len(keep)
+
+
+# What a stored thumbnail may be: a base64 data URI of a raster image, nothing that could carry markup or script.
+_IMAGE_URI = re.compile(r"data:image/(?:png|jpeg|gif|webp);base64,[A-Za-z0-9+/]+={0,2}")
+MAX_IMAGE_URI = 200_000  # characters; the writer's 64-pixel PNG thumbnails are a few hundred
+
+
+def _safe_uri(value: Any) -> bool:
+    return isinstance(value, str) and len(value) <= MAX_IMAGE_URI and _IMAGE_URI.fullmatch(value) is not None
+
+
+def _share_group_images(rollouts: list[dict[str, Any]], notes: list[str]) -> None:
+    """The writer stores a prompt's thumbnails on its group's first sample; give every sample of that group
+    (same step and group) the same `images` (lists of data URIs), dropping anything that is not an image URI."""
+    by_group: dict[tuple[Any, Any], list[list[str]]] = {}
+    bad = 0
+    for r in rollouts:
+        raw = r.pop("images", None)
+        if raw is None:
+            continue
+        items = []
+        for item in raw if isinstance(raw, list) else [raw]:
+            frames = item if isinstance(item, list) else [item]
+            ok = [u for u in frames if _safe_uri(u)]
+            bad += len(frames) - len(ok)
+            if ok:
+                items.append(ok)
+        if items:
+            by_group[(r.get("step"), r.get("group"))] = items
+    if bad:
+        notes.append(f"rollouts.jsonl: left out {bad} prompt image(s) that were not base64 image data URIs")
+    for r in rollouts:
+        items = by_group.get((r.get("step"), r.get("group")))
+        if items:
+            r["images"] = items
+
+
+def _index_images(rollouts: list[dict[str, Any]]) -> list[str]:
+    """Replace each sample's image URIs by indices into one list of distinct URIs (returned), so an image shared
+    by a group's samples is on the page once."""
+    index: dict[str, int] = {}
+    for r in rollouts:
+        if "images" in r:
+            r["images"] = [[index.setdefault(u, len(index)) for u in item] for item in r["images"]]
+    return list(index)  # insertion order is index order

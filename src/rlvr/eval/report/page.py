@@ -9,7 +9,15 @@ import hashlib
 from pathlib import Path
 
 from rlvr.eval.report.assets import _SCRIPT, _STYLE, _TEMPLATE
-from rlvr.eval.report.data import _read_evals, _read_jsonl, _read_text, _run_name, _thin_rollouts
+from rlvr.eval.report.data import (
+    _index_images,
+    _read_evals,
+    _read_jsonl,
+    _read_text,
+    _run_name,
+    _share_group_images,
+    _thin_rollouts,
+)
 from rlvr.eval.report.embed import _e, json_for_script
 from rlvr.eval.report.sections import (
     _config_section,
@@ -39,7 +47,10 @@ def render_report(run_dir: Path, *, max_rollouts: int = MAX_ROLLOUTS) -> str:
     notes: list[str] = []
     metrics = _read_jsonl(run_dir / METRICS_FILE, notes)
     evals = _read_evals(run_dir, notes)
-    rollouts, dropped_steps = _thin_rollouts(read_rollouts(run_dir), max_rollouts)
+    all_rollouts = read_rollouts(run_dir)
+    _share_group_images(all_rollouts, notes)
+    rollouts, dropped_steps = _thin_rollouts(all_rollouts, max_rollouts)
+    images = _index_images(rollouts)
     if not (run_dir / ROLLOUTS_FILE).exists():
         notes.append(f"{ROLLOUTS_FILE} not found: no rollout samples (set logging.rollouts_every to store some)")
     if dropped_steps:
@@ -53,7 +64,7 @@ def render_report(run_dir: Path, *, max_rollouts: int = MAX_ROLLOUTS) -> str:
         _summary_section(run_dir, metrics, evals),
         _curves_section(metrics),
         _eval_section(evals),
-        _rollout_section(rollouts),
+        _rollout_section(rollouts, images),
         _config_section(config_text, versions_text),
     ]
     notes_html = "".join(f"<li>{_e(n)}</li>" for n in notes)

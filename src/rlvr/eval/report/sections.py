@@ -172,7 +172,17 @@ def _pts(b: Any, a: Any) -> str:
     return "–"
 
 
-def _rollout_section(rollouts: list[dict[str, Any]]) -> str:
+def _image_store(images: list[str]) -> str:
+    """The prompts' thumbnails, each once, as hidden `<img id="rimg-N">` elements the script clones into the
+    rollout cards (a sample's `images` holds the indices N). The URIs were checked to be base64 image data URIs
+    (`data._safe_uri`) and are escaped all the same; the page's CSP allows images from data: URIs only."""
+    if not images:
+        return ""
+    imgs = "".join(f'<img id="rimg-{i}" src="{_e(uri)}" alt="">' for i, uri in enumerate(images))
+    return f'<div id="rollout-images" hidden>{imgs}</div>'
+
+
+def _rollout_section(rollouts: list[dict[str, Any]], images: list[str] | None = None) -> str:
     if not rollouts:
         return ('<section id="rollouts"><h2>Rollouts</h2><p class="muted">No rollout samples in this run '
                 f'({ROLLOUTS_FILE}).</p><div id="rollout-list"></div><span id="rollout-count" data-matched="0" '
@@ -186,7 +196,7 @@ def _rollout_section(rollouts: list[dict[str, Any]]) -> str:
   <span id="rollout-count" class="muted"></span>
 </div>
 <div id="rollout-list"></div>
-</section>"""
+""" + _image_store(images or []) + "</section>"
 
 
 def _config_section(config_text: str | None, versions_text: str | None) -> str:
