@@ -32,6 +32,7 @@ ADVANTAGE_INPUTS: dict[str, str] = {
     "input_ids": "[N, T] long, the token ids",
     "off_policy": "[N] bool, samples that came from outside the policy",
     "teacher_logprobs": "[N, T] float, log-probs of a frozen teacher on the sampled tokens (teacher role)",
+    "tree_advantages": "[N, T] float, per-token advantages set on the samples by the rollout (a search tree's)",
 }
 
 LOSS_INPUTS: dict[str, str] = {

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlvr.config.base import ComponentSpec
 from rlvr.config.consistency import combination_problems, reward_list_problems
+from rlvr.config.search import search_problems
 
 if TYPE_CHECKING:
     from rlvr.config.agent import AgentConfig, EnvironmentSpec, ToolSpec
@@ -58,6 +59,7 @@ def resolve_components(cfg: Config) -> list[str]:
     problems.extend(reward_list_problems(cfg))
     problems.extend(_algorithm_problems(cfg))
     problems.extend(combination_problems(cfg))
+    problems.extend(search_problems(cfg))
     return problems
 
 

@@ -14,6 +14,7 @@ from rlvr.config.model import ModelConfig
 from rlvr.config.registries import resolve_components
 from rlvr.config.rollout import RolloutConfig
 from rlvr.config.run import CheckpointConfig, EvalConfig, LoggingConfig, RunConfig
+from rlvr.config.search import SearchConfig
 from rlvr.config.train import OptimConfig, TrainConfig
 
 
@@ -42,6 +43,8 @@ class Config(Strict):
     distributed: DistributedConfig = Field(default_factory=DistributedConfig)
     agent: AgentConfig | None = Field(None, description="Multi-turn rollouts with tools or an environment "
                                       "(docs/agents.md); absent: single-turn.")
+    search: SearchConfig | None = Field(None, description="Tree-search rollouts (docs/search.md): search.name=mcts "
+                                        "or beam_prm with a budget; at evaluation also sampling.")
 
     @model_validator(mode="after")
     def _bind_components(self, validation: pydantic.ValidationInfo) -> Config:

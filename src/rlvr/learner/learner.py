@@ -211,6 +211,7 @@ class Learner:
             "ref_logprobs": batch.ref_logprobs, "entropy": entropy, "values": batch.values,
             "token_rewards": token_rewards, "input_ids": batch.input_ids, "off_policy": batch.off_policy,
             "teacher_logprobs": batch.teacher_logprobs,
+            "tree_advantages": batch.advantages,  # as the samples brought them (Batch.from_groups)
         }
 
     def compute_advantages(self, batch: Batch, inputs: dict[str, Any]) -> torch.Tensor:

@@ -67,6 +67,8 @@ def mcts(
     """
     idle = 0
     for _ in range(max_iterations):
+        if tree.stopped:
+            break
         node = tree.root
         while node.children:
             node = select_child(node, rule, c)
@@ -142,7 +144,7 @@ def beam_prm(
     """
     _score(tree.root, value)
     beams = [tree.root]
-    while beams:
+    while beams and not tree.stopped:
         candidates: list[Node] = []
         for beam in beams:
             if tree.exhausted():

@@ -13,6 +13,7 @@ One family per module; importing this package imports them all, which registers 
 - `gae.py`: critic-based: gae (and `gae_returns`, the critic's targets)
 - `reweighted.py`: GRPO reweighted per sample: grpo_lead (difficulty), ace (confidence), ear (entropy)
 - `ktae.py`: per-token key-token values on top of GRPO: ktae
+- `tree.py`: a search rollout's per-token tree advantages, passed through: tree
 - `common.py`: the `ADVANTAGES` registry, `group_stats` and the shared private helpers
 """
 
@@ -37,6 +38,7 @@ from rlvr.algorithms.advantages.reweighted import (
     entropy_reshaped_advantages,
     grpo_lead_advantages,
 )
+from rlvr.algorithms.advantages.tree import tree_advantages
 
 __all__ = [
     "ADVANTAGES",
@@ -58,5 +60,6 @@ __all__ = [
     "reinforce_pp_advantages",
     "reinforce_pp_baseline_advantages",
     "rloo_advantages",
+    "tree_advantages",
     "weighted_reinforce_advantages",
 ]
