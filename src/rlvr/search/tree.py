@@ -44,6 +44,7 @@ class Node:
     value_sum: float = 0.0
     expanded: bool = False
     terminal: bool = False
+    expansions: int = 0  # calls of expand(node) by a strategy that re-expands (mcts with widening)
 
     @property
     def value(self) -> float:
