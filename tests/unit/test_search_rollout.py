@@ -140,6 +140,14 @@ def test_training_group_samples_and_tree_advantages_by_hand():
     assert torch.equal(out * (1 - batch.mask), torch.zeros_like(out)) and out[1, 4] == 0
 
 
+def test_a_tree_with_nothing_finished_trains_on_its_unfinished_leaves():
+    tree = SearchTree(Budget(max_tokens=3), [8])
+    tree.add_children(tree.root, [([1, 2], [-0.1, -0.2]), ([3], [-0.3])])
+    res = SearchResult(tree=tree, rollouts=[], stats=SearchStats(), rewards={})
+    g = tree_training_group(res, TaskRecord(id="p", question="q"), None, "rewards", [EOS])
+    assert [(s.response_ids, s.finish_reason) for s in g.samples] == [([1, 2], "length"), ([3], "length")]
+
+
 def test_progressive_widening_offers_a_sampled_node_new_children():
     calls: dict[int, int] = {}
 

@@ -244,7 +244,8 @@ def tree_training_group(result: SearchResult, record: TaskRecord, tokenizer: Any
                         eos_ids: Sequence[int]) -> Group:
     """The searched tree as a training group of complete responses, token in and token out, with the engine's
     per-token log-probs: one sample per finished leaf, then one per leaf rollout (the node's path + the
-    rollout). Unfinished leaves without a rollout have no outcome and are left out.
+    rollout). Unfinished leaves without a rollout have no outcome and are left out, unless nothing finished
+    (then the group is the unfinished leaves, finish_reason "length").
 
     With a tree advantage (`parent`, `treerl`, `siblings`) each sample carries per-token advantages: a path
     token gets its node's advantage (`rlvr.search.output.node_advantage`), a rollout token
@@ -259,6 +260,8 @@ def tree_training_group(result: SearchResult, record: TaskRecord, tokenizer: Any
     for r in result.rollouts:
         by_node.setdefault(id(r.node), []).append(r)
     paths += [(r.node.path()[1:], r.token_ids, r.logprobs, r) for r in result.rollouts]
+    if not paths:  # the budget ended before any response was complete: train on the unfinished leaves
+        paths = [(leaf.path()[1:], [], [], None) for leaf in tree.leaves(terminal_only=False)]
     out = []
     for path, extra_ids, extra_lps, rollout in paths:
         ids = [t for n in path for t in n.token_ids] + list(extra_ids)
