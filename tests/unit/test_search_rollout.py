@@ -140,6 +140,48 @@ def test_training_group_samples_and_tree_advantages_by_hand():
     assert torch.equal(out * (1 - batch.mask), torch.zeros_like(out)) and out[1, 4] == 0
 
 
+def test_the_search_sampler_makes_one_rewarded_tree_group_per_prompt():
+    from rlvr.sampling import SAMPLERS, StepContext
+
+    script = {(): [[1, 7], [2, 7]], (1, 7): [[3, EOS]], (2, 7): [[4, EOS]]}
+    engine = ScriptedEngine(script, prompt_len=1)
+
+    class Renderer:
+        def render(self, record):
+            return [5], "q"
+
+    class Tok:
+        eos_token_id = EOS
+
+        def decode(self, ids, skip_special_tokens=True):
+            return " ".join(map(str, ids))
+
+    def reward(groups):  # 1 for responses ending "3 EOS"
+        for g in groups:
+            for s in g.samples:
+                s.reward = 1.0 if s.response_ids[-2:] == [3, EOS] else 0.0
+
+    records = [TaskRecord(id=str(i), question="q") for i in range(3)]
+    settings = SearchSettings(strategy="mcts", max_tokens=100, branch=2, segment_tokens=2, delimiter="|",
+                              advantage="parent")
+    sampler = SAMPLERS.build("search", {}, prompts=records, seed=0, search=settings)
+    ctx = StepContext(step=1, prompts_per_step=2, n=8, rollout=None, score=reward, engine=engine,
+                      renderer=Renderer(), params=SamplingParams(max_new_tokens=8), tokenizer=Tok())
+    groups, metrics = sampler.next_batch(ctx)
+    assert len(groups) == 2 and metrics["groups_kept"] == 2
+    # MCTS (UCT, c = 1): expand the root -> a = [1 7], b = [2 7]; value a by a rollout [3 9] (1); b is then
+    # selected unvisited, expanded ([4 9] twice, merged) and its child valued (0); a is expanded ([3 9]) and
+    # valued (1); every leaf is then terminal. Group: the two leaves and a's rollout.
+    for g in groups:
+        assert sorted(s.response_ids for s in g.samples) == [[1, 7, 3, EOS]] * 2 + [[2, 7, 4, EOS]]
+        assert all(s.reward == (1.0 if s.response_ids[2] == 3 else 0.0) for s in g.samples)
+        assert all(len(s.advantage) == 4 for s in g.samples) and g.samples[0].text == "1 7 3 9"
+    # per prompt: root expansion 4 tokens, one 2-token rollout, two expansions of 2 x 2 tokens
+    assert metrics["tokens_per_prompt"] == 4 + 2 + 8 and metrics["samples_generated"] == 6
+    with pytest.raises(ValueError, match="search.name=mcts"):
+        SAMPLERS.build("search", {}, prompts=records, seed=0)
+
+
 def test_a_tree_with_nothing_finished_trains_on_its_unfinished_leaves():
     tree = SearchTree(Budget(max_tokens=3), [8])
     tree.add_children(tree.root, [([1, 2], [-0.1, -0.2]), ([3], [-0.3])])
@@ -197,6 +239,7 @@ def test_search_on_the_builtin_model_and_at_evaluation():
     from rlvr.sampling.search import group_scorer
     from rlvr.tasks import PromptRenderer, build_task
 
+    torch.set_num_threads(1)  # many tiny decode calls: one thread is faster (conftest restores the count)
     tok = load_tokenizer("builtin")
     engine = build_engine("fast", {}, 64, load_causal_lm("builtin"), tok)
     task = build_task("addition", {"digits": (3, 3)})
