@@ -45,6 +45,10 @@ class TrainConfig(Strict):
         "block-diagonal causal mask, per-row positions): no compute on padding, at the price of attention over "
         "each packed sequence. For qwen2/qwen3/llama/mistral decoders; others run padded. None: padded rows."
     )
+    logits_chunk: int = Field(
+        1024, ge=1, description="Response tokens per chunk when a loss compares full next-token distributions "
+        "(GKD: student and teacher logits, chunk x vocabulary floats each, at a time)."
+    )
     recompute_old_logprobs: bool = Field(
         False, description="Recompute old log-probs with a learner forward instead of using the engine's."
     )
