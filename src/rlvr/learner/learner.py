@@ -496,7 +496,7 @@ class Learner:
             t_hidden = t_hidden[:, :-1][select.to(t_device)]
         weights = self._token_weights(train_mask, norms)[:, 1:][select]
         states = hidden.detach().requires_grad_(True)
-        loss_total, jsd_sum, chunk = 0.0, 0.0, self.cfg.train.logits_chunk
+        loss_total, jsd_sum, entropy_sum, chunk = 0.0, 0.0, 0.0, self.cfg.train.logits_chunk
         for start in range(0, states.shape[0], chunk):
             s_logits = head(states[start : start + chunk]).float() / T
             with torch.no_grad():
@@ -507,12 +507,17 @@ class Learner:
             part.backward()
             loss_total += float(part.detach())
             jsd_sum += float((per_token.detach() * (weights[start : start + chunk] != 0)).sum())
+            if first_epoch:
+                with torch.no_grad():
+                    logp = torch.log_softmax(s_logits.detach(), dim=-1)
+                    entropy_sum += float(-(logp.exp() * logp).sum())
         if states.grad is not None:
             hidden.backward(states.grad)
         stats: dict[str, float] = {"loss": loss_total, "tokens": float(mb.mask.sum())}
         if first_epoch:
             trained = float((weights != 0).sum())
-            stats.update(pg_loss=jsd_sum / max(trained, 1.0), gkd_jsd=jsd_sum / max(trained, 1.0), kl=0.0)
+            stats.update(pg_loss=jsd_sum / max(trained, 1.0), gkd_jsd=jsd_sum / max(trained, 1.0), kl=0.0,
+                         entropy=entropy_sum / max(states.shape[0], 1), clip_frac=0.0, approx_kl_old=0.0)
         return stats
 
     def _trainable(self) -> list[torch.nn.Parameter]:
