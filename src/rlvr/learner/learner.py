@@ -134,6 +134,28 @@ class Learner:
     def _entropy_in_loss(self) -> bool:
         return "entropy" in self.loss_inputs or self.cfg.algorithm.entropy_coef > 0
 
+    @property
+    def _skips_zero_advantage(self) -> bool:
+        """Whether rows with all-zero advantages may be left out of the update: their policy loss and its
+        gradient vanish (a loss marked `zero_grad_at_zero_advantage`), and no other term reads them: no KL in the
+        loss, no adaptive KL or entropy controller fed by their diagnostics, no entropy term, no critic."""
+        alg, cfg = self.cfg.algorithm, self.cfg
+        return (cfg.train.skip_zero_advantage
+                and getattr(LOSSES.get(alg.loss.name), "zero_grad_at_zero_advantage", False)
+                and not (alg.kl_placement == "loss" and alg.kl_coef > 0) and alg.kl_target is None
+                and not self._entropy_in_loss and alg.entropy_target is None and self.critic is None)
+
+    @staticmethod
+    def _live_micro_batches(micro_batches: list[torch.Tensor], live: torch.Tensor) -> list[torch.Tensor]:
+        """The micro-batches without their dead rows (all-zero advantages), empty ones left out. When no row of
+        the mini-batch is live, the smallest micro-batch is kept whole: its backward gives the exact zero
+        gradients the full update would have, so the optimizer still steps (moments decay, weight decay acts)."""
+        kept = [rows[live[rows]] for rows in micro_batches]
+        kept = [rows for rows in kept if len(rows)]
+        if not kept and micro_batches:
+            kept = [min(micro_batches, key=len)]
+        return kept
+
     def _micro_batches(self, rows: torch.Tensor) -> list[torch.Tensor]:
         return list(torch.split(rows, self.cfg.train.micro_batch_size))
 
@@ -259,9 +281,18 @@ class Learner:
         skipped = 0
         train_tokens = 0
         gap_sum, gap_tokens = 0.0, 0.0  # |learner - engine| log-prob, on tokens seen before the first step
+        # rows whose every trained token has advantage 0 add exactly nothing to the gradient: leave them out
+        live = None
+        if self._skips_zero_advantage and not critic_only and batch.advantages is not None:
+            live = ((batch.advantages * train_mask) != 0).any(dim=1).cpu()
+        rows_trained = 0
         self.model.train()
         for epoch in range(cfg.train.ppo_epochs):
             for mb_rows, micro_batches in self._split(batch):
+                if live is not None:
+                    micro_batches = self._live_micro_batches(micro_batches, live)
+                if epoch == 0:
+                    rows_trained += sum(len(rows) for rows in micro_batches)
                 idx = mb_rows.to(self.device)
                 # normalizers of the whole (global, over data-parallel ranks) mini-batch
                 tokens, seqs, all_tokens = dp.sum_floats(
@@ -303,6 +334,8 @@ class Learner:
             metrics["trained_token_frac"] = float(train_mask.sum() / batch.mask.sum().clamp(min=1))
         if "kd_coef" in self.step_loss_fn.keywords:
             metrics["kd_coef"] = float(self.step_loss_fn.keywords["kd_coef"])
+        if live is not None:
+            metrics["zero_adv_rows_skipped_frac"] = 1.0 - rows_trained / max(len(batch), 1)
         return metrics
 
     def idle_update(self) -> dict[str, float]:
