@@ -71,10 +71,6 @@ def needs_teacher(cfg: Config) -> bool:
     return bool({"teacher_logprobs", "teacher_logits"} & algorithm_inputs(cfg))
 
 
-def needs_full_logits(cfg: Config) -> bool:
-    """The loss compares full next-token distributions (GKD), not sampled tokens' log-probs."""
-    return "teacher_logits" in set(tensor_inputs(LOSSES.get(cfg.algorithm.loss.name)))
-
 
 class Learner:
     def __init__(self, model: torch.nn.Module, cfg: Config, reference: Any = None, critic: Critic | None = None,
