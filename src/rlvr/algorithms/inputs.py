@@ -49,6 +49,9 @@ LOSS_INPUTS: dict[str, str] = {
     "response_lengths": "[N] long",
     "off_policy": "[N] bool, samples that came from outside the policy (off-policy guidance, e.g. LUFFY)",
     "teacher_logprobs": "[N, T] float, log-probs of a frozen teacher on the sampled tokens (teacher role)",
+    "student_logits": "[M, V] float, the current policy's full next-token logits on M response tokens, one "
+                      "chunk at a time (GKD; divided by the temperature)",
+    "teacher_logits": "[M, V] float, the frozen teacher's full next-token logits on the same tokens (GKD)",
 }
 
 
