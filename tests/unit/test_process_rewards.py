@@ -219,3 +219,50 @@ def test_recipes_load(recipe):
     assert any(r.name in ("step_rar", "trust_thinking") for r in cfg.rewards)
     load_config(ROOT / "recipes/step_grpo.yaml", ["algorithm.advantage.name=process_grpo"])
     assert "step_rar" in REWARDS
+
+
+# -- through the learner -------------------------------------------------------------------------------------
+
+
+def test_learner_feeds_step_rewards_to_process_grpo_and_grpo_ignores_them(tiny_model_dir):
+    from rlvr.config import Config
+    from rlvr.learner.learner import Learner
+    from rlvr.learner.step import record_advantages
+    from rlvr.models import load_causal_lm
+
+    model = load_causal_lm(tiny_model_dir)
+    rec = TaskRecord(id="x", question="")
+    a = Sample(prompt_ids=[5, 6], response_ids=[7, 8, 9, 10], logprobs=[-1.0] * 4, reward=1.0,
+               step_rewards=[1.0, 0.0], step_ends=[1, 3])
+    b = Sample(prompt_ids=[5, 6], response_ids=[7, 8, 9, 10], logprobs=[-1.0] * 4, reward=0.0,
+               step_rewards=[0.0], step_ends=[2])
+    groups = [Group(rec, [5, 6], [a, b])]
+
+    def advantages(name, groups):
+        cfg = Config.model_validate({"algorithm": {"advantage": {"name": name}}, "rollout": {"n": 2},
+                                     "rewards": [{"name": "correctness"}, {"name": "step_rvr"}]})
+        learner = Learner(model, cfg)
+        batch, inputs = learner.prepare(Batch.from_groups(groups, pad_id=0))
+        adv = learner.compute_advantages(batch, inputs)
+        record_advantages(groups, adv, batch)
+        return adv
+
+    adv = advantages("process_grpo", groups)
+    # the hand-computed case of test_process_grpo_hand_computed, shifted by the two prompt tokens
+    close(adv[:, 2:], [[S3 + R2, S3 + R2, -S3 + R2, -S3 + R2], [-S3 - R2, -S3 - R2, -S3 - R2, -R2]])
+    assert a.advantage == pytest.approx([S3 + R2, S3 + R2, -S3 + R2, -S3 + R2], abs=1e-5)
+    with_steps = advantages("grpo", groups)
+    for s in (a, b):
+        s.step_rewards = s.step_ends = None
+    torch.testing.assert_close(with_steps, advantages("grpo", groups), rtol=0, atol=0)
+
+
+def test_rollouts_jsonl_records_the_steps(tmp_path):
+    from rlvr.tracking import RolloutWriter
+    from rlvr.tracking.rollouts import read_rollouts
+
+    rec = TaskRecord(id="x", question="")
+    samples = [_sample([3, 4, 5], step_rewards=[0.5, -1.0], step_ends=[0, 2]), _sample([3])]
+    RolloutWriter(tmp_path, every=1, max_per_step=8).write(1, [Group(rec, [1, 2], samples)])
+    rows = read_rollouts(tmp_path)
+    assert rows[0]["steps"] == {"ends": [0, 2], "rewards": [0.5, -1.0]} and "steps" not in rows[1]
