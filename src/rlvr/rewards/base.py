@@ -313,6 +313,7 @@ class RewardFunction:
         sample.step_ends = order
         sample.step_rewards = [per_token[k] for k in order]
 
+
 def _token_char_ends(response_ids: Sequence[int], tokenizer: Any) -> list[int]:
     """For each response token, the length of the decoded text up to and including it (as `Sample.text` is
     decoded: special tokens skipped). Token pieces decoded one by one are used when they add up to the whole
