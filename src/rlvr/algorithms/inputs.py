@@ -33,6 +33,8 @@ ADVANTAGE_INPUTS: dict[str, str] = {
     "off_policy": "[N] bool, samples that came from outside the policy",
     "teacher_logprobs": "[N, T] float, log-probs of a frozen teacher on the sampled tokens (teacher role)",
     "tree_advantages": "[N, T] float, per-token advantages set on the samples by the rollout (a search tree's)",
+    "step_rewards": "[N, T] float, each reasoning step's score on the step's last token (a step reward)",
+    "step_mask": "[N, T] float, 1 on the last token of each scored step (a step reward)",
 }
 
 LOSS_INPUTS: dict[str, str] = {

@@ -58,8 +58,37 @@ def resolve_components(cfg: Config) -> list[str]:
             problems.append(str(err))
     problems.extend(reward_list_problems(cfg))
     problems.extend(_algorithm_problems(cfg))
+    problems.extend(_process_reward_problems(cfg))
     problems.extend(combination_problems(cfg))
     problems.extend(search_problems(cfg))
+    return problems
+
+
+def _process_reward_problems(cfg: Config) -> list[str]:
+    """Step rewards: an estimator that reads step scores needs a step reward, a step reward needs a task whose
+    steps it can read, and `process_only` only makes sense on a step reward."""
+    from rlvr.algorithms import ADVANTAGES
+    from rlvr.algorithms.inputs import tensor_inputs
+    from rlvr.rewards.process import STEP_HOOKS
+    from rlvr.tasks import TASKS
+
+    problems: list[str] = []
+    step_rewards = [r.name for r in cfg.rewards if r.name in STEP_HOOKS]
+    for i, r in enumerate(cfg.rewards):
+        if r.process_only and r.name not in STEP_HOOKS:
+            problems.append(f"rewards[{i}].process_only: only a step reward ({', '.join(STEP_HOOKS)}) has step "
+                            f"scores to feed the token-level advantage; '{r.name}' has none; remove process_only")
+        if r.name in STEP_HOOKS and cfg.task.name in TASKS:
+            missing = [h for h in STEP_HOOKS[r.name] if not callable(getattr(TASKS.get(cfg.task.name), h, None))]
+            if missing:
+                problems.append(f"rewards[{i}]: the '{r.name}' step reward reads reasoning steps through task "
+                                f"methods {', '.join(missing)}, which task '{cfg.task.name}' does not have; use "
+                                "task addition or add them (see docs/reward-models.md#process-rewards)")
+    name = cfg.algorithm.advantage.name
+    if name in ADVANTAGES and "step_rewards" in tensor_inputs(ADVANTAGES.get(name)) and not step_rewards:
+        problems.append(f"rewards: the '{name}' advantage uses per-step scores; add a step reward "
+                        f"({', '.join(STEP_HOOKS)}) to rewards, e.g. {{name: step_rvr, weight: 1.0, "
+                        "process_only: true}")
     return problems
 
 

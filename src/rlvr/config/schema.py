@@ -22,6 +22,9 @@ class RewardSpec(ComponentSpec):
     weight: float = 1.0
     gate: str | None = None  # count this term only when reward `gate` >= gate_threshold (G-RA)
     gate_threshold: float = 1.0
+    # a step reward (rlvr.rewards.process) whose per-step scores feed only the token-level advantage
+    # (e.g. process_grpo): its scalar value is logged but not added to the sample's reward
+    process_only: bool = False
 
 
 class Config(Strict):

@@ -6,6 +6,7 @@
                           values          = the critic (GAE)
                           entropy         = of the sampling policy (EAR, top-entropy token selection)
                           token_rewards   = outcome reward on the last token, minus a KL penalty if in reward
+                          step_rewards    = process rewards on each step's last token (when a step reward ran)
     update(batch)       for each epoch, for each mini-batch (one optimizer step), for each micro-batch:
                           loss = aggregate(policy_loss(...) [* TIS weights])
                                + kl_coef * aggregate(kl(logp, ref))        (KL in the loss)
@@ -243,7 +244,8 @@ class Learner:
             "mask": batch.mask, "response_lengths": batch.response_lengths, "old_logprobs": batch.old_logprobs,
             "ref_logprobs": batch.ref_logprobs, "entropy": entropy, "values": batch.values,
             "token_rewards": token_rewards, "input_ids": batch.input_ids, "off_policy": batch.off_policy,
-            "teacher_logprobs": batch.teacher_logprobs,
+            "teacher_logprobs": batch.teacher_logprobs, "step_rewards": batch.step_rewards,
+            "step_mask": batch.step_mask,
             "tree_advantages": batch.advantages,  # as the samples brought them (Batch.from_groups)
         }
 

@@ -14,6 +14,7 @@ One family per module; importing this package imports them all, which registers 
 - `reweighted.py`: GRPO reweighted per sample: grpo_lead (difficulty), ace (confidence), ear (entropy)
 - `ktae.py`: per-token key-token values on top of GRPO: ktae
 - `tree.py`: a search rollout's per-token tree advantages, passed through: tree
+- `process.py`: process supervision from step rewards: process_grpo
 - `common.py`: the `ADVANTAGES` registry, `group_stats` and the shared private helpers
 """
 
@@ -26,6 +27,7 @@ from rlvr.algorithms.advantages.group import (
     rloo_advantages,
 )
 from rlvr.algorithms.advantages.ktae import _fisher_exact_p, ktae_advantages
+from rlvr.algorithms.advantages.process import normalized_step_returns, process_grpo_advantages
 from rlvr.algorithms.advantages.reinforce import (
     nsr_advantages,
     psr_advantages,
@@ -55,7 +57,9 @@ __all__ = [
     "grpo_lead_advantages",
     "ktae_advantages",
     "lite_ppo_advantages",
+    "normalized_step_returns",
     "nsr_advantages",
+    "process_grpo_advantages",
     "psr_advantages",
     "reinforce_pp_advantages",
     "reinforce_pp_baseline_advantages",
