@@ -233,6 +233,11 @@ class GroundTask(VisionTask):
         return TaskRecord(id="", question=question, answer=list(target), difficulty=k, images=[image],
                           meta={"scene": repr((target, others)), "box": list(target), "distractors": others})
 
+    def predicted_region(self, response: str) -> tuple[str | None, Any]:
+        """("box", (x1, y1, x2, y2)) for the response's one box, or (None, reason): for label-free voting."""
+        box, why = answers.parse_box(response)
+        return ("box", box) if box is not None else (None, why)
+
     def verify(self, response: str, record: TaskRecord) -> VerifyResult:
         box, why = answers.parse_box(response)
         if box is None:
@@ -282,6 +287,11 @@ class ClickTask(VisionTask):
         return TaskRecord(id="", question=question, answer=list(boxes[target]), difficulty=n, images=[image],
                           meta={"scene": repr((colors, boxes, target)), "box": list(boxes[target]),
                                 "target": colors[target], "buttons": dict(zip(colors, boxes))})
+
+    def predicted_region(self, response: str) -> tuple[str | None, Any]:
+        """("point", (x, y)) for the response's one point, or (None, reason): for label-free voting."""
+        point, why = answers.parse_point(response)
+        return ("point", point) if point is not None else (None, why)
 
     def verify(self, response: str, record: TaskRecord) -> VerifyResult:
         point, why = answers.parse_point(response)
