@@ -42,9 +42,11 @@ def test_recipe_trains_without_nan(recipe, tmp_path):
     overrides = [f"run.dir={tmp_path / 'run'}", "train.steps=3", "train.prompts_per_step=4", "rollout.n=4",
                  "eval.before=false", "eval.after=false", "eval.every=0", "checkpoint.every=0",
                  "logging.progress=false"]
-    model_path = load_config(recipe, []).model.path
+    shipped = load_config(recipe, [])
+    model_path = shipped.model.path
     if str(model_path).startswith("runs/") and not (ROOT / model_path).exists():
-        overrides.append("model.path=builtin")  # a model a script builds (e.g. the tool model): use the base
+        # a model a script or an earlier stage builds (the tool model, LMM-R1's stage 1): use the base
+        overrides.append("model.path=builtin-vl" if shipped.task.name.startswith("vl_") else "model.path=builtin")
     cfg = load_config(recipe, overrides)
     run = train(cfg)
     metrics = read_metrics(run)

@@ -89,3 +89,50 @@ def test_ttrv_on_counting_answers():
     p = [0.5, 0.5, 0.25, 0.25]
     r1 = [0.5, 0.5, 0.25, 0.0]
     assert [o.value for o in out] == pytest.approx([f + 0.5 * math.log(q) for f, q in zip(r1, p)])
+
+
+# -- T-GRPO ------------------------------------------------------------------------------------------------
+
+
+def test_temporal_bonus_rule_by_hand():
+    from rlvr.rewards.temporal import temporal_bonus
+
+    # ordered 3/4 correct > shuffled 1/4: correct ordered responses get alpha, wrong ones 0
+    assert temporal_bonus([True, True, False, True], [False, True, False, False], 0.3) == ([0.3, 0.3, 0.0, 0.3], True)
+    # a tie (2/4 = 2/4) or a loss earns nothing
+    assert temporal_bonus([True, True, False, False], [True, False, True, False], 0.3) == ([0.0] * 4, False)
+    assert temporal_bonus([True, False], [True, True], 0.3) == ([0.0, 0.0], False)
+    # no shuffled twin: no bonus; an empty group: nothing
+    assert temporal_bonus([True], [], 0.3) == ([0.0], False)
+    assert temporal_bonus([], [True], 0.3) == ([], False)
+
+
+def test_t_grpo_component_pairs_groups_with_their_shuffled_twins():
+    import random
+
+    from rlvr.rewards.temporal import TemporalContrastReward
+    from rlvr.tasks import build_task
+
+    task = build_task("vl_count_frames", {"eval_size": 2, "train_size": 1})
+    rec = task.heldout[0]
+    twin = task.shuffle_frames(rec, random.Random(0))
+    assert twin.meta["shuffled_of"] == rec.id and twin.answer == rec.answer and twin.question == rec.question
+    assert twin.images[0] == rec.images[0][::-1]  # two frames: the only other order
+    right, wrong = f" rs: {rec.answer}", f" rs: {int(rec.answer) + 1}"
+
+    def grp(r, texts):
+        return Group(r, [1], [Sample(prompt_ids=[1], response_ids=[2], text=t) for t in texts])
+
+    lone = task.heldout[1]
+    groups = [grp(rec, [right, right, wrong]), grp(twin, [right, wrong, wrong]), grp(lone, [right])]
+    reward = TemporalContrastReward(alpha=0.3)
+    out = reward.score_batch(groups, task)
+    assert [o.value for o in out[0]] == pytest.approx([0.3, 0.3, 0.0])  # 2/3 > 1/3
+    assert [o.value for o in out[1]] == [0.0, 0.0, 0.0] and "contrast only" in out[1][0].reason
+    assert out[2][0].value == 0.0  # no twin in the batch
+    m = reward.metrics()
+    assert m["granted_frac"] == 1.0 and m["p_ordered"] == pytest.approx(2 / 3)
+    assert m["p_shuffled"] == pytest.approx(1 / 3) and m["unpaired_frac"] == pytest.approx(0.5)
+    assert "t_grpo" in REWARDS and task.shuffle_frames(build_task("vl_count", {"eval_size": 1,
+                                                                               "train_size": 1}).heldout[0],
+                                                       random.Random(0)) is None  # no clip, nothing to shuffle
