@@ -8,7 +8,12 @@ import math
 import pytest
 
 from rlvr.rewards import REWARDS
-from rlvr.rewards.label_free import FrequencyEntropyReward, RegionConsistencyReward, region_cells, region_consistency
+from rlvr.rewards.label_free import (
+    FrequencyEntropyReward,
+    RegionConsistencyReward,
+    region_cells,
+    region_consistency,
+)
 from rlvr.tasks.vision import answers
 from rlvr.types import Group, Sample, TaskRecord
 
