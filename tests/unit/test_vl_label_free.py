@@ -141,3 +141,20 @@ def test_t_grpo_component_pairs_groups_with_their_shuffled_twins():
     assert "t_grpo" in REWARDS and task.shuffle_frames(build_task("vl_count", {"eval_size": 1,
                                                                                "train_size": 1}).heldout[0],
                                                        random.Random(0)) is None  # no clip, nothing to shuffle
+
+
+def test_vl_count_frames_clip_is_in_time_order():
+    import numpy as np
+
+    from rlvr.tasks import build_task
+
+    task = build_task("vl_count_frames", {"eval_size": 6, "train_size": 1, "frames": 3})
+    again = build_task("vl_count_frames", {"eval_size": 6, "train_size": 1, "frames": 3})
+    for rec, same in zip(task.heldout, again.heldout):
+        (clip,) = rec.images  # one clip of three frames
+        counts = rec.meta["counts"]
+        assert len(clip) == 3 and counts == sorted(counts) and counts[-1] == int(rec.answer) and counts[0] < counts[-1]
+        assert "last frame" in rec.question
+        assert np.array_equal(np.asarray(clip[-1]), np.asarray(same.images[0][-1]))  # seeded: the same pixels
+        blank = np.asarray(clip[0]) == np.asarray(clip[0])[0, 0]
+        assert blank.all() == (counts[0] == 0)  # a frame with no shapes yet is the plain canvas
