@@ -18,8 +18,8 @@ from rlvr.tasks import PromptRenderer, build_task
 
 def check_eval_model(cfg: Config, task: Any, model_path: str, key: str = "MODEL_DIR") -> None:
     """Raise a ConfigError naming `key` unless `model_path` and the engine can be evaluated on `task`: an image
-    task needs a vision-language checkpoint and an engine that takes images; a text task needs a text model (a
-    vision-language checkpoint is evaluated on image tasks only, for now). Cheap: reads config.json only."""
+    task needs a vision-language checkpoint and an engine that takes images. A vision-language checkpoint on a
+    text task is evaluated through its language path (prompts without images). Cheap: reads config.json only."""
     visual = getattr(task, "visual", False)
     vision_model = is_vision_checkpoint(model_path, trust_remote_code=cfg.model.trust_remote_code, key=key)
     if visual and not vision_model:
@@ -28,10 +28,6 @@ def check_eval_model(cfg: Config, task: Any, model_path: str, key: str = "MODEL_
     if visual and not getattr(ENGINES.get(cfg.rollout.engine), "multimodal", False):
         raise ConfigError(f"rollout.engine: the {cfg.rollout.engine} engine does not take images yet; task "
                           f"'{cfg.task.name}' has images, so set rollout.engine=hf")
-    if vision_model and not visual:
-        raise ConfigError(f"{key}: '{model_path}' is a vision-language model (it has a vision_config), but task "
-                          f"'{cfg.task.name}' is text-only; rlvr evaluates vision-language models on image tasks "
-                          "(vl_count, vl_digits_sum, ...) only for now. Evaluate a text model (e.g. builtin) here")
 
 
 def run_eval(cfg: Config, model_path: str, out: Path | None, *, key: str = "MODEL_DIR") -> dict[str, Any]:
@@ -44,10 +40,13 @@ def run_eval(cfg: Config, model_path: str, out: Path | None, *, key: str = "MODE
                                trust_remote_code=cfg.model.trust_remote_code, key=key)
     dtype = resolve_dtype(cfg.model.dtype, device)
     processor = None
-    if getattr(task, "visual", False):  # images: a vision-language model, its processor, an engine that takes them
+    visual = getattr(task, "visual", False)
+    if visual or is_vision_checkpoint(model_path, trust_remote_code=cfg.model.trust_remote_code, key=key):
+        # a vision-language model; on a text task it runs its language path (no processor, no images)
         model = load_vlm_for_training(model_path, dtype=dtype, device=device, trainable=False,
                                       trust_remote_code=cfg.model.trust_remote_code, key=key)
-        processor = load_processor(model_path, trust_remote_code=cfg.model.trust_remote_code, key=key)
+        if visual:  # images: its processor, and an engine that takes them
+            processor = load_processor(model_path, trust_remote_code=cfg.model.trust_remote_code, key=key)
     else:
         model = load_causal_lm(model_path, dtype=dtype, device=device,
                                trust_remote_code=cfg.model.trust_remote_code, trainable=False, key=key)

@@ -216,6 +216,11 @@ class RewardFunction:
     def needs_paraphrases(self) -> bool:
         return any(getattr(t.component, "needs_paraphrases", False) for t in self.terms)
 
+    @property
+    def needs_shuffled_frames(self) -> bool:
+        """T-GRPO: every prompt is also sampled with its clip's frames shuffled, as a contrast."""
+        return any(getattr(t.component, "needs_shuffled_frames", False) for t in self.terms)
+
     def _score(self, term: RewardTerm, groups: list[Group], task: Any) -> list[list[RewardOutput]]:
         def fallback(err: Exception, group: Group) -> list[RewardOutput]:
             log.warning("reward '%s' failed on %s: %s", term.name, group.record.id, err)

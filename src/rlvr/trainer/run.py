@@ -4,6 +4,7 @@ restores a checkpoint's state when resuming."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -14,7 +15,7 @@ from rich.markup import escape
 
 from rlvr.config import Config, ConfigError
 from rlvr.models.lora import exportable, is_lora, load_lora_state, lora_state
-from rlvr.models.vision import load_processor
+from rlvr.models.vision import is_vision_checkpoint, load_processor
 from rlvr.parallel import data_parallel as dp
 from rlvr.rewards import RewardFunction
 from rlvr.roles import Roles, place_roles
@@ -52,6 +53,7 @@ class Run:
     start_step: int = 0
     faults: int = 0  # consecutive steps whose every optimizer step was skipped
     tokens_spent: int = 0  # response tokens sampled so far, kept or dropped (train.rollout_token_budget)
+    processor: Any = None  # a vision-language policy's processor, saved with it even on a text-only task
     step: int = 0  # the step being sampled (the agent's turn-budget schedule reads it)
 
     @property
@@ -61,8 +63,12 @@ class Run:
     @property
     def saver(self) -> Any:
         """What a checkpoint saves beside the weights: the processor of a vision-language run (its tokenizer,
-        image processor and chat template, so AutoProcessor loads the directory back), else the tokenizer."""
-        return self.renderer.processor if self.renderer.processor is not None else self.tokenizer
+        image processor and chat template, so AutoProcessor loads the directory back), also when a vision-language
+        model trains on a text-only task (LMM-R1's first stage: the next stage loads it back as a VLM), else the
+        tokenizer."""
+        if self.renderer.processor is not None:
+            return self.renderer.processor
+        return self.processor if self.processor is not None else self.tokenizer
 
     @property
     def engine(self) -> Any:
@@ -77,8 +83,15 @@ class Run:
         records = list(records)
         if self.reward_fn.needs_paraphrases:  # Co-Reward scores each prompt against its paraphrase
             records = [r for rec in records for r in (rec, self.task.paraphrase(rec)) if r is not None]
-        groups = self.generate(records, self.params if n == self.params.n else replace(self.params, n=n))
+        shuffled = []
+        if self.reward_fn.needs_shuffled_frames:  # T-GRPO: each clip also answered with its frames shuffled
+            rng = random.Random(f"{self.cfg.run.seed}-shuffle-{self.step}")
+            shuffle = getattr(self.task, "shuffle_frames", None)
+            shuffled = [r for r in (shuffle(rec, rng) for rec in records) if r is not None] if shuffle else []
+        groups = self.generate(records + shuffled, self.params if n == self.params.n else replace(self.params, n=n))
         self.reward_fn(groups, self.task)
+        if shuffled:  # the shuffled twins only set the contrast; the update trains on the ordered groups
+            groups = [g for g in groups if not g.record.meta.get("shuffled_of")]
         return groups
 
     def generate(self, records: Sequence[TaskRecord], params: SamplingParams) -> list[Group]:
@@ -141,12 +154,15 @@ def open_run(cfg: Config, run_dir: Path, resume: bool, task: Any, tokenizer: Any
     checkpoint = _resume_point(run_dir) if resume else None
     roles = place_roles(cfg, tokenizer, device, checkpoint)
     try:
-        processor = load_processor(cfg.model.path) if getattr(task, "visual", False) else None
+        visual = getattr(task, "visual", False)
+        # a VLM on a text-only task trains through its language path (no images), but keeps its processor
+        vision_model = visual or is_vision_checkpoint(cfg.model.path, trust_remote_code=cfg.model.trust_remote_code)
+        processor = load_processor(cfg.model.path) if vision_model else None
         prompts = task.heldout if cfg.train.prompt_split == "heldout" else task.train  # heldout: test-time RL
         run = Run(
             cfg=cfg, run_dir=run_dir, task=task, prompts=prompts, tokenizer=tokenizer,
-            renderer=PromptRenderer(task, tokenizer, cfg.model.chat_template, processor), roles=roles,
-            sampler=_build_sampler(cfg, prompts),
+            renderer=PromptRenderer(task, tokenizer, cfg.model.chat_template, processor if visual else None),
+            roles=roles, processor=processor, sampler=_build_sampler(cfg, prompts),
             params=SamplingParams(n=cfg.rollout.n, temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
                                   top_k=cfg.rollout.top_k, max_new_tokens=cfg.rollout.max_new_tokens,
                                   stop=list(cfg.rollout.stop)),

@@ -3,7 +3,9 @@
 from rlvr.tasks.vision.tasks import (
     VISION_TASKS,
     ClickTask,
+    CountFramesTask,
     CountTask,
+    CountTextTask,
     DigitsSumTask,
     FramesTask,
     GroundTask,
@@ -11,5 +13,5 @@ from rlvr.tasks.vision.tasks import (
     VisionTask,
 )
 
-__all__ = ["VISION_TASKS", "ClickTask", "CountTask", "DigitsSumTask", "FramesTask", "GroundTask", "JigsawTask",
+__all__ = ["VISION_TASKS", "ClickTask", "CountFramesTask", "CountTask", "CountTextTask", "DigitsSumTask", "FramesTask", "GroundTask", "JigsawTask",
            "VisionTask"]

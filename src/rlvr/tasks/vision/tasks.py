@@ -6,6 +6,8 @@ The record's `images` holds the PIL images in prompt order; `multimodal_messages
 image entry per image, for a processor's chat template.
 
     vl_count       how many shapes                          exact integer       (counting, Perception-R1)
+    vl_count_text  the same, the scene described in words   exact integer       (LMM-R1's text stage; no image)
+    vl_count_frames  shapes in the LAST frame of a clip       exact integer       (Video-R1's T-GRPO; order matters)
     vl_digits_sum  the sum of the digits drawn              exact integer
     vl_ground      the box of the red square                IoU, correct >= 0.5 (grounding, VLM-R1)
     vl_click       a point on the named button of a screen  1 if inside its box (GUI-R1, UI-R1)
@@ -102,6 +104,22 @@ class VisionTask(Task):
         """The plain prompt preceded by one image placeholder per image."""
         return image_token * count_images(record) + self.plain_prompt(record)
 
+    def shuffle_frames(self, record: TaskRecord, rng: random.Random) -> TaskRecord | None:
+        """The record with each clip's frames in a random order other than the original (same question, same
+        answer), for Video-R1's T-GRPO contrast; None when the record has no clip of two or more frames."""
+        clips = [i for i, item in enumerate(record.images or []) if isinstance(item, (list, tuple)) and len(item) > 1]
+        if not clips:
+            return None
+        images = list(record.images)
+        for i in clips:
+            order = list(range(len(images[i])))
+            while order == sorted(order):
+                rng.shuffle(order)
+            images[i] = [images[i][j] for j in order]
+        return TaskRecord(id=f"{record.id}-shuffled", question=record.question, answer=record.answer,
+                          difficulty=record.difficulty, source=record.source, images=images,
+                          meta={**record.meta, "shuffled_of": record.id})
+
     def _integer_verdict(self, response: str, record: TaskRecord) -> VerifyResult:
         value, why = answers.parse_int(response)
         if value is None:
@@ -152,6 +170,76 @@ class CountTask(VisionTask):
 
     def verify(self, response: str, record: TaskRecord) -> VerifyResult:
         return self._integer_verdict(response, record)
+
+
+@TASKS.register("vl_count_text")
+class CountTextTask(CountTask):
+    """The text-only version of `vl_count`: the scene is described in words and there is no image.
+
+    "The image shows a red square, a blue circle and a green triangle. How many shapes are in the image?" The
+    shapes are listed left to right, as builtin-vl's scratchpad reads them, and the question ends as vl_count's
+    does, so the answer layout ("rs bc gt: 3") carries over. It is LMM-R1's text stage for builtin-vl: a
+    vision-language model trains on it through its language path (see docs/vision.md).
+    """
+
+    name = "vl_count_text"
+    visual = False
+
+    def make(self, rng: random.Random) -> TaskRecord:
+        record = super().make(rng)
+        shapes = sorted(record.meta["shapes"], key=lambda s: (s[2][0], s[2][1]))
+        words = [f"{'an' if color[0] in 'aeiou' else 'a'} {color} {shape}" for shape, color, _box in shapes]
+        listing = words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+        record.question = f"The image shows {listing}. How many shapes are in the image?"
+        record.images = None
+        return record
+
+
+@TASKS.register("vl_count_frames")
+class CountFramesTask(CountTask):
+    """A frames variant of `vl_count` where the order matters: a clip of `frames` frames in time order, shapes
+    appearing one after another; the question asks how many shapes the LAST frame shows.
+
+    The last frame holds the scene of vl_count (1 to `max_count` shapes); each earlier frame holds a prefix of
+    it with fewer shapes (at least one fewer per frame, possibly none). The record's `images` is one clip (a list
+    of frames), so `shuffle_frames` gives Video-R1's T-GRPO its temporally shuffled copy, on which the last frame
+    is usually not the full scene.
+    """
+
+    name = "vl_count_frames"
+
+    def __init__(self, *, frames: Annotated[int, Field(ge=2, le=4)] = 2, max_count: Annotated[int, Field(ge=1, le=9)] = 6,
+                 image_size: ImageSize = 48, train_size: TrainSize = 100_000,
+                 eval_size: EvalSize = 200, seed: Seed = 0, prompt_template: str | None = None,
+                 chat_prompt_template: str | None = None, system_prompt: str | None = None):
+        self.frames = frames
+        super().__init__(max_count=max_count, image_size=image_size, train_size=train_size, eval_size=eval_size,
+                         seed=seed, prompt_template=prompt_template, chat_prompt_template=chat_prompt_template,
+                         system_prompt=system_prompt)
+
+    def make(self, rng: random.Random) -> TaskRecord:
+        from PIL import ImageDraw
+
+        record = super().make(rng)
+        last = record.images[0]
+        background = last.getpixel((0, 0))  # the canvas colour: shapes keep a margin from the border
+        shapes = record.meta["shapes"]
+        n, k = len(shapes), self.frames
+        counts = sorted(rng.randint(0, n - 1) for _ in range(k - 1)) + [n]  # shapes shown in each frame
+        clip = []
+        for c in counts[:-1]:
+            frame = last.copy()
+            draw = ImageDraw.Draw(frame)
+            for _shape, _color, box in shapes[c:]:  # erase the shapes not yet there: the plain background
+                draw.rectangle((box[0], box[1], box[2], box[3]), fill=background)
+            clip.append(frame)
+        clip.append(last)
+        record.images = [clip]
+        record.question = (f"These {k} frames of a short clip are in time order; shapes appear one after another. "
+                           "How many shapes are in the last frame?")
+        record.meta.update(counts=counts)
+        record.meta["scene"] = repr((record.meta["scene"], counts))
+        return record
 
 
 @TASKS.register("vl_digits_sum")
@@ -233,6 +321,11 @@ class GroundTask(VisionTask):
         return TaskRecord(id="", question=question, answer=list(target), difficulty=k, images=[image],
                           meta={"scene": repr((target, others)), "box": list(target), "distractors": others})
 
+    def predicted_region(self, response: str) -> tuple[str | None, Any]:
+        """("box", (x1, y1, x2, y2)) for the response's one box, or (None, reason): for label-free voting."""
+        box, why = answers.parse_box(response)
+        return ("box", box) if box is not None else (None, why)
+
     def verify(self, response: str, record: TaskRecord) -> VerifyResult:
         box, why = answers.parse_box(response)
         if box is None:
@@ -282,6 +375,11 @@ class ClickTask(VisionTask):
         return TaskRecord(id="", question=question, answer=list(boxes[target]), difficulty=n, images=[image],
                           meta={"scene": repr((colors, boxes, target)), "box": list(boxes[target]),
                                 "target": colors[target], "buttons": dict(zip(colors, boxes))})
+
+    def predicted_region(self, response: str) -> tuple[str | None, Any]:
+        """("point", (x, y)) for the response's one point, or (None, reason): for label-free voting."""
+        point, why = answers.parse_point(response)
+        return ("point", point) if point is not None else (None, why)
 
     def verify(self, response: str, record: TaskRecord) -> VerifyResult:
         point, why = answers.parse_point(response)
