@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rlvr.config.base import ComponentSpec
-from rlvr.config.consistency import combination_problems, reward_list_problems
+from rlvr.config.consistency import coevolve_problems, combination_problems, reward_list_problems
 
 if TYPE_CHECKING:
     from rlvr.config.agent import AgentConfig, EnvironmentSpec, ToolSpec
@@ -58,6 +58,7 @@ def resolve_components(cfg: Config) -> list[str]:
     problems.extend(reward_list_problems(cfg))
     problems.extend(_algorithm_problems(cfg))
     problems.extend(combination_problems(cfg))
+    problems.extend(coevolve_problems(cfg))
     return problems
 
 

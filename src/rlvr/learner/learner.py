@@ -11,6 +11,7 @@
                                + kl_coef * aggregate(kl(logp, ref))        (KL in the loss)
                                - entropy_coef * aggregate(entropy)          (entropy bonus)
                                + critic.coef * value_loss                   (critic)
+                          + auxiliary (first epoch, its share per mini-batch: SPARK's judge loss)
 A mini-batch whose loss or gradient is not finite is skipped: gradients are dropped, the optimizer and its state
 are untouched, and the fault is counted.
 """
@@ -100,6 +101,8 @@ class Learner:
                             if alg.entropy_target is not None else FixedKLController(alg.entropy_coef))
         self.skipped_steps = 0
         self.updates = 0  # RL batches seen (critic warm-up counts them)
+        # an extra loss that joins the first epoch's optimizer steps (SPARK's judge objective), set per update
+        self.auxiliary: Any = None
         # Truncated IS against the engine's log-probs: asked for directly, or implied by asynchronous training.
         self.tis_cap = alg.tis_cap
         if self.tis_cap is None and cfg.distributed.mode == "async":
@@ -244,7 +247,8 @@ class Learner:
         gap_sum, gap_tokens = 0.0, 0.0  # |learner - engine| log-prob, on tokens seen before the first step
         self.model.train()
         for epoch in range(cfg.train.ppo_epochs):
-            for mb_rows, micro_batches in self._split(batch):
+            splits = self._split(batch)
+            for mb_index, (mb_rows, micro_batches) in enumerate(splits):
                 idx = mb_rows.to(self.device)
                 # normalizers of the whole (global, over data-parallel ranks) mini-batch
                 tokens, seqs, all_tokens = dp.sum_floats(
@@ -273,6 +277,8 @@ class Learner:
                     train_tokens += mb.num_tokens
                 for _ in range(padding):
                     self._dummy_pass(batch)
+                if self.auxiliary is not None and epoch == 0:  # its share of the extra loss, in this same step
+                    loss_total += self.auxiliary.backward(self.model, mb_index, len(splits))
                 grad_norm = self._reduce_and_step(loss_total, critic_only)
                 if grad_norm is None:
                     skipped += 1
