@@ -159,6 +159,8 @@ def _finish(run: Run, before: dict[str, Any] | None, heartbeat: Heartbeat) -> Pa
     """The trained policy as a HF directory in final/, the held-out evaluation after training and the report."""
     if dp.is_main():
         save_hf_dir(exportable(run.policy), run.saver, run.run_dir / "final")
+        if run.roles.reward_learner is not None:  # co_evolve: the reward model, loadable by the reward_model scorer
+            save_hf_dir(run.roles.reward_learner.model, run.saver, run.run_dir / "final_rm")
     dp.barrier()
     heartbeat.doing("evaluating the trained model (eval.after)" if run.cfg.eval.after else "finishing")
     after = run.evaluate("after") if run.cfg.eval.after else None
