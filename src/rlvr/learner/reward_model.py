@@ -109,8 +109,9 @@ class RewardModelLearner:
         return metrics
 
     def state_dict(self) -> dict[str, Any]:
-        return {"model": {k: v.detach().clone() for k, v in self.model.state_dict().items()},
-                "optimizer": self.optimizer.state_dict(), "refreshes": self.refreshes}
+        """Live references (as the policy learner's): a checkpoint writes them to disk before the next refresh."""
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "refreshes": self.refreshes}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
