@@ -43,6 +43,28 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def auto_threads(cores: int | None = None, load: float | None = None, ranks: int | None = None) -> int:
+    """Threads for one process from the cores other processes leave free: the cores this process may run on
+    (its CPU affinity) minus the 1-minute load average taken before this process computes, shared among the
+    `ranks` processes of this node (torchrun's LOCAL_WORLD_SIZE), and never more than its share of the cores
+    or fewer than 1. Rounded to the nearest core: a load of 0.4 leaves both cores of two free."""
+    cores = cores if cores is not None else len(os.sched_getaffinity(0))
+    load = load if load is not None else os.getloadavg()[0]
+    ranks = ranks if ranks is not None else max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    free = int(cores - load + 0.5)
+    return max(1, min(cores // ranks, free // ranks))
+
+
+def apply_threads(setting: int | str | None) -> int | None:
+    """Set torch's CPU thread count from `run.threads` (None leaves torch's default); return the count set."""
+    if setting is None:
+        return None
+    threads = auto_threads() if setting == "auto" else int(setting)
+    torch.set_num_threads(threads)
+    logging.getLogger("rlvr").info("torch threads: %d (run.threads=%s)", threads, setting)
+    return threads
+
+
 def step_seed(seed: int, step: int) -> int:
     """The seed of RL step `step`: sampling is a function of (weights, seed, step), so resume is exact."""
     return seed * 1_000_003 + step

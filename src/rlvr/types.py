@@ -56,6 +56,10 @@ class Sample:
     placeholder tokens, so the learner recomputes log-probs on exactly the sampled ids. A sample whose reward is unknown
     (`meta["non_finite_reward"]` lists the components that were NaN or inf) is scored 0, trained on nowhere and
     left out of its group's statistics (`excluded`).
+
+    Process rewards (`rlvr.rewards.process`): `step_ends` lists, in order, the response-token index of the last
+    token of each scored reasoning step, and `step_rewards` the step's (weighted) score; both None when no step
+    reward is configured. A step's score sits on its last token; see docs/reward-models.md#process-rewards.
     """
 
     prompt_ids: list[int]
@@ -71,6 +75,8 @@ class Sample:
     advantage: float | list[float] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     mm_inputs: dict[str, Any] | None = None
+    step_rewards: list[float] | None = None
+    step_ends: list[int] | None = None
 
     def __post_init__(self) -> None:
         if self.loss_mask is None:
@@ -80,6 +86,7 @@ class Sample:
             raise ValueError(f"loss_mask has {len(self.loss_mask)} entries for {n} response tokens")
         if self.logprobs is not None and len(self.logprobs) != n:
             raise ValueError(f"logprobs has {len(self.logprobs)} entries for {n} response tokens")
+        check_steps(self.step_rewards, self.step_ends, n)
 
     @property
     def truncated(self) -> bool:
@@ -89,6 +96,17 @@ class Sample:
     def excluded(self) -> bool:
         """Left out of training and of its group's statistics (its reward is not a finite number)."""
         return bool(self.meta.get("non_finite_reward"))
+
+
+def check_steps(step_rewards: list[float] | None, step_ends: list[int] | None, n: int) -> None:
+    """Step scores must come with their end tokens, one each, at increasing indices inside the response."""
+    if step_rewards is None and step_ends is None:
+        return
+    if step_rewards is None or step_ends is None or len(step_rewards) != len(step_ends):
+        raise ValueError(f"step_rewards and step_ends must both be set, one entry per step; got "
+                         f"{step_rewards!r} and {step_ends!r}")
+    if any(not 0 <= e < n for e in step_ends) or any(a >= b for a, b in zip(step_ends, step_ends[1:])):
+        raise ValueError(f"step_ends must be increasing response-token indices in [0, {n}); got {step_ends}")
 
 
 @dataclass
@@ -137,6 +155,9 @@ class Batch:
     # Vision-language rows: each row's prompt `mm_inputs` (rows of one prompt share the dict), None for text rows.
     # A list, not a tensor: `select` picks from it, `to` leaves it (the forward moves what it encodes).
     mm_inputs: list[dict[str, Any] | None] | None = None
+    # Process rewards, only when some sample carries step scores (else None): the step's score on its last token.
+    step_rewards: torch.Tensor | None = None  # [B, T] float, 0 off step ends
+    step_mask: torch.Tensor | None = None  # [B, T] float, 1 on the last token of each scored step
 
     @classmethod
     def from_groups(cls, groups: Sequence[Group], pad_id: int) -> Batch:
@@ -151,6 +172,9 @@ class Batch:
         advantages = torch.zeros((B, T), dtype=torch.float32)
         have_logprobs = all(s.logprobs is not None for _, s in rows)
         old_logprobs = torch.zeros((B, T), dtype=torch.float32) if have_logprobs else None
+        have_steps = any(s.step_ends is not None for _, s in rows)
+        step_rewards = torch.zeros((B, T), dtype=torch.float32) if have_steps else None
+        step_mask = torch.zeros((B, T), dtype=torch.float32) if have_steps else None
         for b, (_, s) in enumerate(rows):
             P, R = len(s.prompt_ids), len(s.response_ids)
             input_ids[b, :P] = torch.tensor(s.prompt_ids, dtype=torch.long)
@@ -169,6 +193,10 @@ class Batch:
                 advantages[b, P : P + R] = float(adv)
             if old_logprobs is not None:
                 old_logprobs[b, P : P + R] = torch.tensor(s.logprobs, dtype=torch.float32)
+            if have_steps and s.step_ends and not s.excluded:
+                ends = torch.tensor(s.step_ends, dtype=torch.long) + P
+                step_rewards[b, ends] = torch.tensor(s.step_rewards, dtype=torch.float32)
+                step_mask[b, ends] = 1.0
         return cls(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -183,6 +211,8 @@ class Batch:
             off_policy=torch.tensor([bool(s.meta.get("off_policy", False)) for _, s in rows], dtype=torch.bool),
             valid=torch.tensor([not s.excluded for _, s in rows], dtype=torch.bool),
             mm_inputs=[s.mm_inputs for _, s in rows] if any(s.mm_inputs is not None for _, s in rows) else None,
+            step_rewards=step_rewards,
+            step_mask=step_mask,
         )
 
     @property

@@ -276,7 +276,7 @@ def test_dump_config_round_trips(recipe: Path, tmp_path: Path) -> None:
     assert data["algorithm"]["loss"]["name"] == "ppo_clip"
     assert "clip_high" in data["algorithm"]["loss"]
     assert data["rewards"] == [{"name": "correctness", "weight": 1.0, "gate": None, "gate_threshold": 1.0,
-                               "workers": 2, "timeout": 30.0}]
+                                "process_only": False, "workers": 2, "timeout": 30.0}]
 
     dumped = tmp_path / "dumped.yaml"
     dumped.write_text(text)

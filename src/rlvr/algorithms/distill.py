@@ -28,6 +28,7 @@ Pieces, each a pure function; the registered ones are picked by name in a config
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from typing import Annotated, Literal
@@ -121,6 +122,9 @@ def kdrl_loss(
     kd_masking: KDMasking = "none",
     clip_low: Annotated[float, Field(ge=0.0, le=1.0)] = 0.2,
     clip_high: Annotated[float, Field(ge=0.0)] = 0.2,
+    kd_schedule: KDSchedule = "constant",
+    kd_coef_end: NonNegative = 1e-3,
+    kd_schedule_steps: Annotated[int, Field(ge=1)] | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     r"""KDRL: GRPO's clipped surrogate plus a reverse-KL pull towards the teacher, per token.
 
@@ -135,8 +139,11 @@ def kdrl_loss(
     Source: Xu et al., "KDRL: Post-Training Reasoning LLMs via Unified Knowledge Distillation and Reinforcement
     Learning", arXiv:2506.02208 (objective J_GRPO - beta D_k2(pi_s || pi_t); beta annealed 5e-3 -> 1e-3 and
     reward-guided masking, which I could read only in summaries of the paper, not in its text or code).
-    This implementation: beta is the constant `kd_coef`; to anneal it, the trainer rebinds
-    `kd_coef=kd_coefficient(step, ...)` each step (see docs/distillation.md).
+    The schedule: `kd_schedule` (constant, linear, cosine) anneals beta from `kd_coef` at step 0 to
+    `kd_coef_end` at `kd_schedule_steps` (default: train.steps). The learner reads these three knobs and, at
+    each RL step t (0-based), rebinds `kd_coef=kd_coefficient(t, schedule=kd_schedule, start=kd_coef,
+    end=kd_coef_end, total_steps=kd_schedule_steps)` (`scheduled_loss`); called directly, this function uses
+    `kd_coef` as given and ignores them.
 
     Diagnostics: `clipped`, `ratio` (as ppo_clip) and `teacher_kl` (k(t), detached, before the mask).
     """
@@ -227,6 +234,44 @@ def generalized_jsd(
         log_m = torch.logsumexp(torch.stack([log_t + math.log(beta), log_s + math.log(1.0 - beta)]), dim=0)
         per_token = beta * kl(log_t, log_m) + (1.0 - beta) * kl(log_s, log_m)
     return per_token * mask.to(per_token.dtype)
+
+
+def scheduled_loss(loss_fn, step: int, default_steps: int):
+    """`loss_fn` (a `functools.partial` bound by the registry) with KDRL's coefficient for RL step `step`
+    (0-based): kd_coef = kd_coefficient(step, schedule=kd_schedule, start=kd_coef, end=kd_coef_end,
+    total_steps=kd_schedule_steps or default_steps). Losses without a non-constant `kd_schedule` pass unchanged."""
+    kw = getattr(loss_fn, "keywords", {})
+    if kw.get("kd_schedule", "constant") == "constant":
+        return loss_fn
+    coef = kd_coefficient(step, schedule=kw["kd_schedule"], start=kw.get("kd_coef", 5e-3),
+                          end=kw.get("kd_coef_end", 1e-3), total_steps=kw.get("kd_schedule_steps") or default_steps)
+    return functools.partial(loss_fn.func, **{**kw, "kd_coef": coef})
+
+
+@LOSSES.register("gkd")
+def gkd_loss(
+    student_logits: torch.Tensor,
+    teacher_logits: torch.Tensor,
+    *,
+    beta: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    r"""GKD: the generalized JSD between the student's and the teacher's next-token distributions, per token.
+
+        L_t = JSD_beta(P_t(. | y_<t) || P_s(. | y_<t))         (`generalized_jsd`; beta 0 forward KL, 1 reverse)
+
+    Inputs are full-vocabulary logits of the response tokens, [M, V] (M tokens of one chunk; already divided
+    by the sampling temperature); the teacher's are constants. The learner runs this loss on its own path
+    (`Learner._gkd_backward`): it computes the student's decoder states once, then the LM head, the teacher's
+    logits and this loss chunk by chunk of tokens, backpropagating each chunk into the states, so the logits
+    memory is one chunk's, not N*T*V. Returns ([M] per token, {"gkd_jsd": detached}).
+
+    Source: Agarwal et al., "On-Policy Distillation of Language Models: Learning from Self-Generated Mistakes",
+    arXiv:2306.13649, eq. (1) and Algorithm 1 (the lambda mix of student and dataset outputs is the `gkd`
+    batch sampler's job, `rlvr.sampling.distill`).
+    """
+    ones = torch.ones(student_logits.shape[:-1], dtype=student_logits.dtype, device=student_logits.device)
+    per_token = generalized_jsd(student_logits[None], teacher_logits.detach()[None], ones[None], beta=beta)[0]
+    return per_token, {"gkd_jsd": per_token.detach()}
 
 
 def gkd_use_student_samples(step: int, *, lmbda: float = 1.0, seed: int = 0) -> bool:

@@ -32,6 +32,9 @@ ADVANTAGE_INPUTS: dict[str, str] = {
     "input_ids": "[N, T] long, the token ids",
     "off_policy": "[N] bool, samples that came from outside the policy",
     "teacher_logprobs": "[N, T] float, log-probs of a frozen teacher on the sampled tokens (teacher role)",
+    "tree_advantages": "[N, T] float, per-token advantages set on the samples by the rollout (a search tree's)",
+    "step_rewards": "[N, T] float, each reasoning step's score on the step's last token (a step reward)",
+    "step_mask": "[N, T] float, 1 on the last token of each scored step (a step reward)",
 }
 
 LOSS_INPUTS: dict[str, str] = {
@@ -48,6 +51,9 @@ LOSS_INPUTS: dict[str, str] = {
     "response_lengths": "[N] long",
     "off_policy": "[N] bool, samples that came from outside the policy (off-policy guidance, e.g. LUFFY)",
     "teacher_logprobs": "[N, T] float, log-probs of a frozen teacher on the sampled tokens (teacher role)",
+    "student_logits": "[M, V] float, the current policy's full next-token logits on M response tokens, one "
+                      "chunk at a time (GKD; divided by the temperature)",
+    "teacher_logits": "[M, V] float, the frozen teacher's full next-token logits on the same tokens (GKD)",
 }
 
 

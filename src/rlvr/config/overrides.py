@@ -51,7 +51,7 @@ _SWITCHABLE: tuple[tuple[tuple[str, ...], str, str | None, frozenset[str]], ...]
     (("sampling",), "name", None, frozenset()),
     (("algorithm", "advantage"), "name", None, frozenset()),
     (("algorithm", "loss"), "name", None, frozenset()),
-    (("rewards", "*"), "name", None, frozenset({"weight", "gate", "gate_threshold"})),
+    (("rewards", "*"), "name", None, frozenset({"weight", "gate", "gate_threshold", "process_only"})),
     (("rollout",), "engine", "engine_options", frozenset()),
     (("agent", "environment"), "name", None, frozenset()),
     (("agent", "tools", "*"), "name", None, frozenset()),

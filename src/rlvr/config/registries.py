@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlvr.config.base import ComponentSpec
 from rlvr.config.consistency import coevolve_problems, combination_problems, reward_list_problems
+from rlvr.config.search import search_problems
 
 if TYPE_CHECKING:
     from rlvr.config.agent import AgentConfig, EnvironmentSpec, ToolSpec
@@ -57,8 +58,38 @@ def resolve_components(cfg: Config) -> list[str]:
             problems.append(str(err))
     problems.extend(reward_list_problems(cfg))
     problems.extend(_algorithm_problems(cfg))
+    problems.extend(_process_reward_problems(cfg))
     problems.extend(combination_problems(cfg))
     problems.extend(coevolve_problems(cfg))
+    problems.extend(search_problems(cfg))
+    return problems
+
+
+def _process_reward_problems(cfg: Config) -> list[str]:
+    """Step rewards: an estimator that reads step scores needs a step reward, a step reward needs a task whose
+    steps it can read, and `process_only` only makes sense on a step reward."""
+    from rlvr.algorithms import ADVANTAGES
+    from rlvr.algorithms.inputs import tensor_inputs
+    from rlvr.rewards.process import STEP_HOOKS
+    from rlvr.tasks import TASKS
+
+    problems: list[str] = []
+    step_rewards = [r.name for r in cfg.rewards if r.name in STEP_HOOKS]
+    for i, r in enumerate(cfg.rewards):
+        if r.process_only and r.name not in STEP_HOOKS:
+            problems.append(f"rewards[{i}].process_only: only a step reward ({', '.join(STEP_HOOKS)}) has step "
+                            f"scores to feed the token-level advantage; '{r.name}' has none; remove process_only")
+        if r.name in STEP_HOOKS and cfg.task.name in TASKS:
+            missing = [h for h in STEP_HOOKS[r.name] if not callable(getattr(TASKS.get(cfg.task.name), h, None))]
+            if missing:
+                problems.append(f"rewards[{i}]: the '{r.name}' step reward reads reasoning steps through task "
+                                f"methods {', '.join(missing)}, which task '{cfg.task.name}' does not have; use "
+                                "task addition or add them (see docs/reward-models.md#process-rewards)")
+    name = cfg.algorithm.advantage.name
+    if name in ADVANTAGES and "step_rewards" in tensor_inputs(ADVANTAGES.get(name)) and not step_rewards:
+        problems.append(f"rewards: the '{name}' advantage uses per-step scores; add a step reward "
+                        f"({', '.join(STEP_HOOKS)}) to rewards, e.g. {{name: step_rvr, weight: 1.0, "
+                        "process_only: true}")
     return problems
 
 
@@ -83,10 +114,13 @@ def _algorithm_problems(cfg: Config) -> list[str]:
         problems += check_inputs(LOSSES.get(a.loss.name), LOSS_INPUTS, f"algorithm.loss '{a.loss.name}'")
     # an algorithm that grades tokens by a teacher needs one (model.teacher_path): say so at load
     for key, reg, name in (("advantage", ADVANTAGES, a.advantage.name), ("loss", LOSSES, a.loss.name)):
-        if name in reg and "teacher_logprobs" in tensor_inputs(reg.get(name)) and cfg.model.teacher_path is None:
+        if (name in reg and {"teacher_logprobs", "teacher_logits"} & set(tensor_inputs(reg.get(name)))
+                and cfg.model.teacher_path is None):
             problems.append(f"model.teacher_path: algorithm.{key} '{name}' scores tokens by a teacher model's "
                             "log-probs; set model.teacher_path to a local checkpoint that shares the policy's "
                             "tokenizer (or builtin-teacher); see docs/distillation.md")
+    if a.loss.name in LOSSES and "teacher_logits" in tensor_inputs(LOSSES.get(a.loss.name)):
+        problems += _full_logits_problems(cfg)
     if "values" in adv_inputs and a.critic is None:
         problems.append(f"algorithm.critic: the '{a.advantage.name}' advantage needs a value model; set "
                         "algorithm.critic.kind=separate (its own backbone) or head (a value head on the policy)")
@@ -103,6 +137,28 @@ def _algorithm_problems(cfg: Config) -> list[str]:
     if a.entropy_target is not None and a.entropy_coef == 0:
         problems.append("algorithm.entropy_target: the entropy controller starts from entropy_coef; set "
                         "entropy_coef > 0")
+    return problems
+
+
+def _full_logits_problems(cfg: Config) -> list[str]:
+    """A loss on full next-token distributions (GKD) runs on the learner's own path: what it cannot combine."""
+    a, d, name = cfg.algorithm, cfg.distributed, cfg.algorithm.loss.name
+    fix = "; see docs/distillation.md"
+    problems = []
+    for key, on in (("algorithm.kl_coef", a.kl_coef > 0), ("algorithm.entropy_coef", a.entropy_coef > 0),
+                    ("algorithm.critic", a.critic is not None), ("algorithm.tis_cap", a.tis_cap is not None),
+                    ("algorithm.top_entropy_ratio", a.top_entropy_ratio is not None)):
+        if on:
+            problems.append(f"{key}: loss '{name}' is the whole objective (the generalized JSD to the teacher); "
+                            f"it takes no extra KL, entropy, critic, TIS or token-selection term, so unset {key}{fix}")
+    if d.reference_worker:
+        problems.append(f"distributed.reference_worker: loss '{name}' needs the teacher's full logits in the "
+                        f"learner's process; set distributed.reference_worker=false{fix}")
+    if d.learner == "fsdp2":
+        problems.append(f"distributed.learner: loss '{name}' does not run on a sharded learner yet; use ddp or a "
+                        f"single process{fix}")
+    if d.mode == "async":
+        problems.append(f"distributed.mode: loss '{name}' runs with distributed.mode=sync only{fix}")
     return problems
 
 

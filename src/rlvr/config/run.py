@@ -1,9 +1,9 @@
-"""The run's bookkeeping sections: `run` (name, directory, seed), `checkpoint`, `eval` and `logging`."""
+"""The run's bookkeeping sections: `run` (name, directory, seed, threads), `checkpoint`, `eval` and `logging`."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import pydantic
 from pydantic import Field, field_validator
@@ -16,6 +16,13 @@ class RunConfig(Strict):
     dir: Path | None = Field(None, description="Run directory; default: <output_dir>/<name>-<timestamp>.")
     output_dir: Path = Path("runs")
     seed: int = Field(0, ge=0, description="Seeds every random choice: data order, sampling, init.")
+    threads: Annotated[int, Field(ge=1)] | Literal["auto"] | None = Field(
+        None, description="torch CPU threads of this process. None: torch's default (OMP_NUM_THREADS, else one "
+        "per core); auto: the cores not busy with other processes at start (cores in this process's affinity "
+        "minus the 1-minute load average, shared among the torchrun ranks on this node), at least 1. On a "
+        "loaded machine a thread per core can be many times slower than one thread (docs/performance.md). "
+        "The thread count changes float reduction order, so bit-exact resume needs the same integer."
+    )
 
 
 class CheckpointConfig(Strict):

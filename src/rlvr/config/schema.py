@@ -15,6 +15,7 @@ from rlvr.config.model import ModelConfig
 from rlvr.config.registries import resolve_components
 from rlvr.config.rollout import RolloutConfig
 from rlvr.config.run import CheckpointConfig, EvalConfig, LoggingConfig, RunConfig
+from rlvr.config.search import SearchConfig
 from rlvr.config.train import OptimConfig, TrainConfig
 
 
@@ -22,6 +23,9 @@ class RewardSpec(ComponentSpec):
     weight: float = 1.0
     gate: str | None = None  # count this term only when reward `gate` >= gate_threshold (G-RA)
     gate_threshold: float = 1.0
+    # a step reward (rlvr.rewards.process) whose per-step scores feed only the token-level advantage
+    # (e.g. process_grpo): its scalar value is logged but not added to the sample's reward
+    process_only: bool = False
 
 
 class Config(Strict):
@@ -43,6 +47,8 @@ class Config(Strict):
     distributed: DistributedConfig = Field(default_factory=DistributedConfig)
     agent: AgentConfig | None = Field(None, description="Multi-turn rollouts with tools or an environment "
                                       "(docs/agents.md); absent: single-turn.")
+    search: SearchConfig | None = Field(None, description="Tree-search rollouts (docs/search.md): search.name=mcts "
+                                        "or beam_prm with a budget; at evaluation also sampling.")
     coevolve: CoEvolveConfig | None = Field(None, description="A reward model that learns beside the policy "
                                             "(docs/reward-models.md, Co-evolution); absent: none.")
 

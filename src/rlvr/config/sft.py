@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 
@@ -13,10 +14,19 @@ from rlvr.config.train import OptimConfig
 
 
 class SFTDataConfig(Strict):
-    path: Path = Field(..., description="JSONL (or Parquet) file with prompt and completion columns.")
+    path: Path = Field(..., description="JSONL (or Parquet) file with prompt and completion columns, or an RL "
+                       "run's directory / rollouts.jsonl (re-distillation: SFT on the run's own answers).")
+    format: Literal["auto", "prompt_completion", "rollouts"] = Field(
+        "auto", description="auto: 'rollouts' for a run directory or a file named rollouts.jsonl, else "
+        "'prompt_completion'.")
     prompt_column: str = "prompt"
     completion_column: str = "completion"
     max_length: int = Field(512, ge=2, description="Examples longer than this (tokens) are dropped.")
+    correct_only: bool = Field(True, description="rollouts: keep only answers the verifier marked correct.")
+    per_prompt: int | None = Field(1, ge=1, description="rollouts: at most this many distinct answers per prompt, "
+                                   "the newest (latest step) first; None keeps all.")
+    max_examples: int | None = Field(None, ge=1, description="Keep at most this many examples (rollouts: the "
+                                     "newest first; otherwise the first rows).")
 
 
 class SFTTrainConfig(Strict):

@@ -45,6 +45,17 @@ class TrainConfig(Strict):
         "block-diagonal causal mask, per-row positions): no compute on padding, at the price of attention over "
         "each packed sequence. For qwen2/qwen3/llama/mistral decoders; others run padded. None: padded rows."
     )
+    logits_chunk: int = Field(
+        1024, ge=1, description="Response tokens per chunk when a loss compares full next-token distributions "
+        "(GKD: student and teacher logits, chunk x vocabulary floats each, at a time)."
+    )
+    skip_zero_advantage: bool = Field(
+        True, description="Leave out of the forward and backward the rows whose advantages are all zero (groups "
+        "with all-equal rewards, dropped groups) when nothing else in the loss needs them: the policy loss "
+        "vanishes there (ppo_clip, dcpo, gspo), no KL-in-loss, entropy term, entropy target or critic. The "
+        "update is the same up to float rounding; first-epoch diagnostics (entropy, clip_frac, ...) are then "
+        "over the trained rows."
+    )
     recompute_old_logprobs: bool = Field(
         False, description="Recompute old log-probs with a learner forward instead of using the engine's."
     )

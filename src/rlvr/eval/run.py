@@ -59,6 +59,17 @@ def run_eval(cfg: Config, model_path: str, out: Path | None, *, key: str = "MODE
                             top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k,
                             max_new_tokens=cfg.rollout.max_new_tokens, stop=list(cfg.rollout.stop))
     torch.manual_seed(step_seed(cfg.run.seed, 10**9))
+    if cfg.search is not None:  # the searched answer's pass@1 and the tokens spent (docs/search.md)
+        from rlvr.eval.search import evaluate_search, print_search_result
+
+        with ProgressReporter("eval", len(records), cfg.logging.progress) as progress:
+            result = evaluate_search(engine, renderer, task, records, params, cfg.search.settings(), tokenizer,
+                                     on_progress=lambda done, total: progress.update(done))
+        result.update(model=str(model_path), task=cfg.task.model_dump(mode="json"))
+        if out is not None:
+            write_results(result, out)
+        print_search_result(result)
+        return result
     with ProgressReporter("eval", len(records), cfg.logging.progress) as progress:
         result = evaluate(engine, renderer, task, records, params, cfg.eval.ks,
                           on_progress=lambda done, total: progress.update(done))

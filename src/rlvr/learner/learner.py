@@ -6,12 +6,16 @@
                           values          = the critic (GAE)
                           entropy         = of the sampling policy (EAR, top-entropy token selection)
                           token_rewards   = outcome reward on the last token, minus a KL penalty if in reward
+                          step_rewards    = process rewards on each step's last token (when a step reward ran)
     update(batch)       for each epoch, for each mini-batch (one optimizer step), for each micro-batch:
                           loss = aggregate(policy_loss(...) [* TIS weights])
                                + kl_coef * aggregate(kl(logp, ref))        (KL in the loss)
                                - entropy_coef * aggregate(entropy)          (entropy bonus)
                                + critic.coef * value_loss                   (critic)
                           + auxiliary (first epoch, its share per mini-batch: SPARK's judge loss)
+                        a loss that asks for full logits (GKD: student_logits, teacher_logits) runs instead
+                        on `_gkd_backward`: decoder states once, then LM heads and the loss chunk by chunk
+                        KDRL's annealed coefficient: the loss is rebound each update (`scheduled_loss`)
 A mini-batch whose loss or gradient is not finite is skipped: gradients are dropped, the optimizer and its state
 are untouched, and the fault is counted.
 """
@@ -40,13 +44,14 @@ from rlvr.algorithms import (
     top_entropy_mask,
     truncated_is_weights,
 )
+from rlvr.algorithms.distill import scheduled_loss
 from rlvr.algorithms.inputs import broadcast_to_tokens, call_on_rows, call_with_inputs, tensor_inputs
 from rlvr.config import Config
 from rlvr.learner.critic import Critic, value_loss
 from rlvr.learner.logprob_model import as_logprob_model
 from rlvr.learner.optim import build_optimizer, build_scheduler
 from rlvr.learner.packing import group_mini_batches, row_lengths
-from rlvr.models.logprobs import forward_tokens
+from rlvr.models.logprobs import _head_parts, forward_tokens
 from rlvr.parallel import data_parallel as dp
 from rlvr.parallel import fsdp
 from rlvr.types import Batch
@@ -65,7 +70,8 @@ def needs_reference(cfg: Config) -> bool:
 
 
 def needs_teacher(cfg: Config) -> bool:
-    return "teacher_logprobs" in algorithm_inputs(cfg)
+    return bool({"teacher_logprobs", "teacher_logits"} & algorithm_inputs(cfg))
+
 
 
 class Learner:
@@ -88,6 +94,12 @@ class Learner:
         self.loss_fn = LOSSES.bind(alg.loss.name, alg.loss.params, where="algorithm.loss")
         self.advantage_inputs = set(tensor_inputs(self.advantage_fn))
         self.loss_inputs = set(tensor_inputs(self.loss_fn))
+        self.step_loss_fn = self.loss_fn  # this update's loss: KDRL's coefficient rebound per step
+        self.full_logits = "teacher_logits" in self.loss_inputs
+        if self.full_logits and self.teacher is not None and not isinstance(
+                getattr(self.teacher, "model", None), torch.nn.Module):
+            raise ValueError(f"loss '{alg.loss.name}' compares full next-token distributions, so the teacher must "
+                             "live in the learner's process; set distributed.reference_worker=false")
         self.total_optimizer_steps = cfg.train.steps * cfg.train.ppo_epochs * cfg.train.mini_batches
         head_group = []
         if critic is not None and not critic.separate:
@@ -121,6 +133,28 @@ class Learner:
     @property
     def _entropy_in_loss(self) -> bool:
         return "entropy" in self.loss_inputs or self.cfg.algorithm.entropy_coef > 0
+
+    @property
+    def _skips_zero_advantage(self) -> bool:
+        """Whether rows with all-zero advantages may be left out of the update: their policy loss and its
+        gradient vanish (a loss marked `zero_grad_at_zero_advantage`), and no other term reads them: no KL in the
+        loss, no adaptive KL or entropy controller fed by their diagnostics, no entropy term, no critic."""
+        alg, cfg = self.cfg.algorithm, self.cfg
+        return (cfg.train.skip_zero_advantage
+                and getattr(LOSSES.get(alg.loss.name), "zero_grad_at_zero_advantage", False)
+                and not (alg.kl_placement == "loss" and alg.kl_coef > 0) and alg.kl_target is None
+                and not self._entropy_in_loss and alg.entropy_target is None and self.critic is None)
+
+    @staticmethod
+    def _live_micro_batches(micro_batches: list[torch.Tensor], live: torch.Tensor) -> list[torch.Tensor]:
+        """The micro-batches without their dead rows (all-zero advantages), empty ones left out. When no row of
+        the mini-batch is live, the smallest micro-batch is kept whole: its backward gives the exact zero
+        gradients the full update would have, so the optimizer still steps (moments decay, weight decay acts)."""
+        kept = [rows[live[rows]] for rows in micro_batches]
+        kept = [rows for rows in kept if len(rows)]
+        if not kept and micro_batches:
+            kept = [min(micro_batches, key=len)]
+        return kept
 
     def _micro_batches(self, rows: torch.Tensor) -> list[torch.Tensor]:
         return list(torch.split(rows, self.cfg.train.micro_batch_size))
@@ -192,7 +226,7 @@ class Learner:
         if needs_reference(self.cfg):
             assert self.reference is not None, "a reference model is needed but was not loaded"
             batch.ref_logprobs = self.reference.token_logprobs(batch, self.temperature).to(self.device)
-        if needs_teacher(self.cfg):
+        if "teacher_logprobs" in self.advantage_inputs | self.loss_inputs:
             assert self.teacher is not None, "a teacher model is needed but was not loaded"
             batch.teacher_logprobs = self.teacher.token_logprobs(batch, self.temperature).to(self.device)
         if self.critic is not None:
@@ -213,7 +247,9 @@ class Learner:
             "mask": batch.mask, "response_lengths": batch.response_lengths, "old_logprobs": batch.old_logprobs,
             "ref_logprobs": batch.ref_logprobs, "entropy": entropy, "values": batch.values,
             "token_rewards": token_rewards, "input_ids": batch.input_ids, "off_policy": batch.off_policy,
-            "teacher_logprobs": batch.teacher_logprobs,
+            "teacher_logprobs": batch.teacher_logprobs, "step_rewards": batch.step_rewards,
+            "step_mask": batch.step_mask,
+            "tree_advantages": batch.advantages,  # as the samples brought them (Batch.from_groups)
         }
 
     def compute_advantages(self, batch: Batch, inputs: dict[str, Any]) -> torch.Tensor:
@@ -238,6 +274,8 @@ class Learner:
         batch = batch.to(self.device)
         critic_only = self.critic is not None and self.updates < self.critic.cfg.warmup_steps
         train_mask = batch.mask if batch.token_filter is None else batch.mask * batch.token_filter
+        # KDRL: beta for this update (0-based RL step = updates so far), kd_coefficient(step, ...)
+        self.step_loss_fn = scheduled_loss(self.loss_fn, self.updates, cfg.train.steps)
 
         sums: dict[str, float] = defaultdict(float)  # token-weighted sums of first-epoch diagnostics
         tokens_seen = 0.0
@@ -245,10 +283,19 @@ class Learner:
         skipped = 0
         train_tokens = 0
         gap_sum, gap_tokens = 0.0, 0.0  # |learner - engine| log-prob, on tokens seen before the first step
+        # rows whose every trained token has advantage 0 add exactly nothing to the gradient: leave them out
+        live = None
+        if self._skips_zero_advantage and not critic_only and batch.advantages is not None:
+            live = ((batch.advantages * train_mask) != 0).any(dim=1).cpu()
+        rows_trained = 0
         self.model.train()
         for epoch in range(cfg.train.ppo_epochs):
             splits = self._split(batch)
             for mb_index, (mb_rows, micro_batches) in enumerate(splits):
+                if live is not None:
+                    micro_batches = self._live_micro_batches(micro_batches, live)
+                if epoch == 0:
+                    rows_trained += sum(len(rows) for rows in micro_batches)
                 idx = mb_rows.to(self.device)
                 # normalizers of the whole (global, over data-parallel ranks) mini-batch
                 tokens, seqs, all_tokens = dp.sum_floats(
@@ -290,6 +337,10 @@ class Learner:
             metrics["rollout/logprob_abs_diff"] = gap_sum / gap_tokens
         if batch.token_filter is not None:
             metrics["trained_token_frac"] = float(train_mask.sum() / batch.mask.sum().clamp(min=1))
+        if "kd_coef" in self.step_loss_fn.keywords:
+            metrics["kd_coef"] = float(self.step_loss_fn.keywords["kd_coef"])
+        if live is not None:
+            metrics["zero_adv_rows_skipped_frac"] = 1.0 - rows_trained / max(len(batch), 1)
         return metrics
 
     def idle_update(self) -> dict[str, float]:
@@ -366,6 +417,8 @@ class Learner:
         `measure_gap` (no optimizer step yet in this update, so the learner is the policy that sampled) it also
         sums |log pi_learner - log pi_engine| over the response tokens: the train/inference mismatch."""
         alg = self.cfg.algorithm
+        if self.full_logits:
+            return self._gkd_backward(mb, train_mask, norms, first_epoch)
         head = None
         if self.critic is not None and not self.critic.separate:
             head = (lambda h: self.critic.head(h.detach())) if critic_only else self.critic.head
@@ -384,7 +437,7 @@ class Learner:
             "response_lengths": mb.response_lengths, "off_policy": mb.off_policy,
             "teacher_logprobs": mb.teacher_logprobs,
         }
-        per_token, diag = call_with_inputs(self.loss_fn, available, f"loss '{alg.loss.name}'")
+        per_token, diag = call_with_inputs(self.step_loss_fn, available, f"loss '{alg.loss.name}'")
         if self.tis_cap is not None and mb.behaviour_logprobs is not None:
             per_token = per_token * truncated_is_weights(mb.old_logprobs, mb.behaviour_logprobs, mb.mask,
                                                          cap=self.tis_cap)
@@ -435,6 +488,74 @@ class Learner:
         if measure_gap and engine_logprobs is not None:
             stats["logprob_gap_sum"] = float(((logp.detach() - engine_logprobs).abs() * mb.mask).sum())
             stats["logprob_gap_tokens"] = float(mb.mask.sum())
+        return stats
+
+    def _token_weights(self, train_mask: torch.Tensor, norms: dict[str, float]) -> torch.Tensor:
+        """d loss / d per_token[b, t] of this micro-batch's share of the aggregated loss: every aggregation mode
+        is linear in the per-token loss, so sum(w * per_token) equals `aggregate_loss(per_token, ...)`."""
+        alg = self.cfg.algorithm
+        agg = dict(mode=alg.loss_agg, num_tokens=norms["num_tokens"], num_seqs=norms["num_seqs"])
+        if alg.loss_agg == "seq_mean_token_sum_norm":
+            agg["constant_length"] = float(alg.loss_agg_length or self.cfg.rollout.max_new_tokens)
+        with torch.enable_grad():
+            x = torch.zeros(train_mask.shape, dtype=torch.float32, device=train_mask.device, requires_grad=True)
+            (w,) = torch.autograd.grad(aggregate_loss(x, train_mask.float(), **agg), x)
+        return w
+
+    def _gkd_backward(self, mb: Batch, train_mask: torch.Tensor, norms: dict[str, float],
+                      first_epoch: bool) -> dict[str, float]:
+        """Forward and backward of one micro-batch for a loss on full next-token distributions (GKD).
+
+        The student's decoder runs once (with grad) and the teacher's once (no grad). Then, for each chunk of
+        `logits_chunk` response tokens: the student's LM head on detached states, the teacher's logits, the
+        loss weighted as `aggregate_loss` would weight it, and a backward into the states and the head; the
+        states' summed gradient then flows through the decoder in one backward. Peak logits memory is
+        2 * chunk * V floats, whatever the batch's N * T.
+        """
+        alg = self.cfg.algorithm
+        teacher = getattr(self.teacher, "model", None)
+        parts = _head_parts(self.model)
+        t_parts = _head_parts(teacher) if teacher is not None else None
+        if parts is None or t_parts is None:
+            raise ValueError(f"loss '{alg.loss.name}' needs a student and a teacher whose logits are "
+                             "lm_head(decoder(x)) (and the teacher loaded in the learner's process)")
+        if self.sharded:
+            raise ValueError(f"loss '{alg.loss.name}' does not run on a sharded learner (distributed.learner=fsdp2)")
+        if mb.mm_inputs is not None and any(m is not None for m in mb.mm_inputs):
+            raise ValueError(f"loss '{alg.loss.name}' does not take image prompts yet")
+        decoder, head = parts
+        T = max(self.temperature, 1e-6)
+        select = mb.mask[:, 1:] > 0  # position t-1 predicts token t
+        hidden = decoder(input_ids=mb.input_ids, attention_mask=mb.attention_mask).last_hidden_state[:, :-1][select]
+        t_device = next(teacher.parameters()).device
+        with torch.no_grad():
+            t_hidden = t_parts[0](input_ids=mb.input_ids.to(t_device),
+                                  attention_mask=mb.attention_mask.to(t_device)).last_hidden_state
+            t_hidden = t_hidden[:, :-1][select.to(t_device)]
+        weights = self._token_weights(train_mask, norms)[:, 1:][select]
+        states = hidden.detach().requires_grad_(True)
+        loss_total, jsd_sum, entropy_sum, chunk = 0.0, 0.0, 0.0, self.cfg.train.logits_chunk
+        for start in range(0, states.shape[0], chunk):
+            s_logits = head(states[start : start + chunk]).float() / T
+            with torch.no_grad():
+                t_logits = t_parts[1](t_hidden[start : start + chunk]).float().to(s_logits.device) / T
+            per_token, _ = call_with_inputs(self.step_loss_fn, {"student_logits": s_logits, "teacher_logits": t_logits},
+                                            f"loss '{alg.loss.name}'")
+            part = (per_token * weights[start : start + chunk]).sum()
+            part.backward()
+            loss_total += float(part.detach())
+            jsd_sum += float((per_token.detach() * (weights[start : start + chunk] != 0)).sum())
+            if first_epoch:
+                with torch.no_grad():
+                    logp = torch.log_softmax(s_logits.detach(), dim=-1)
+                    entropy_sum += float(-(logp.exp() * logp).sum())
+        if states.grad is not None:
+            hidden.backward(states.grad)
+        stats: dict[str, float] = {"loss": loss_total, "tokens": float(mb.mask.sum())}
+        if first_epoch:
+            trained = float((weights != 0).sum())
+            stats.update(pg_loss=jsd_sum / max(trained, 1.0), gkd_jsd=jsd_sum / max(trained, 1.0), kl=0.0,
+                         entropy=entropy_sum / max(states.shape[0], 1), clip_frac=0.0, approx_kl_old=0.0)
         return stats
 
     def _trainable(self) -> list[torch.nn.Parameter]:

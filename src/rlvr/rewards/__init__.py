@@ -2,10 +2,10 @@
 
 Importing this package registers the built-in components: correctness (the task's verifier), shaping
 (format, overlong, lead_length, concise_length, otc), agent (env_reward), label-free (ttrl, ttrv, evol_rl, co_reward, rlpr,
-self_certainty) and model-based (reward_model, judge).
+self_certainty), model-based (reward_model, judge) and process rewards (step_rar, step_rvr, trust_thinking).
 """
 
-from rlvr.rewards import agent, ecosystem, label_free, models, shaping  # noqa: F401  (registration)
+from rlvr.rewards import agent, ecosystem, label_free, models, process, shaping  # noqa: F401  (registration)
 from rlvr.rewards.base import (
     REWARDS,
     CorrectnessReward,

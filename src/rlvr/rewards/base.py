@@ -14,6 +14,12 @@ inf) is logged with the sample and the component; that sample's reward is 0 and 
 
 Gating (G-RA): a component with `gate: other` counts for a sample only when that sample's `other` reward is at
 least `gate_threshold`.
+
+Step rewards (process rewards, `rlvr.rewards.process`): a component may also return, per sample, the scores of
+the response's reasoning steps with their character spans (`RewardOutput.steps`). The weighted step scores of
+all such terms are mapped onto response tokens, each on its step's last token, and stored on the sample
+(`Sample.step_rewards`, `Sample.step_ends`) for token-level advantages (`process_grpo`). A term with
+`process_only: true` feeds only that channel: its scalar value is logged, not added to `reward`.
 """
 
 from __future__ import annotations
@@ -37,11 +43,22 @@ REWARDS: Registry = Registry("reward")
 
 
 @dataclass
+class StepScore:
+    """One reasoning step's score; `start`/`end` are character offsets of the step in the response text (end
+    exclusive)."""
+
+    start: int
+    end: int
+    score: float
+
+
+@dataclass
 class RewardOutput:
     value: float
     reason: str = ""
     correct: bool | None = None
     failed: bool = False  # the scorer raised; counted in the metrics by reason
+    steps: list[StepScore] | None = None  # a step reward's per-step scores (None: not a step reward)
 
 
 @dataclass
@@ -156,6 +173,7 @@ class RewardTerm:
     component: Any
     gate: str | None = None
     gate_threshold: float = 1.0
+    process_only: bool = False
 
 
 def build_component(name: str, params: dict[str, Any], context: RewardContext | None, where: str) -> Any:
@@ -169,10 +187,11 @@ class RewardFunction:
     """The weighted (and optionally gated) sum of reward components: fills `rewards`, `reward` and `correct`
     of every sample; `last_metrics` holds the components' own statistics for the step."""
 
-    def __init__(self, terms: Sequence[RewardTerm | tuple[str, float, Any]]):
+    def __init__(self, terms: Sequence[RewardTerm | tuple[str, float, Any]], tokenizer: Any = None):
         self.terms = [t if isinstance(t, RewardTerm) else RewardTerm(*t) for t in terms]
         self.failures: Counter[str] = Counter()
         self.last_metrics: dict[str, float] = {}
+        self.tokenizer = tokenizer  # maps step character spans onto response tokens
 
     @property
     def components(self) -> list[tuple[str, float, Any]]:
@@ -184,8 +203,8 @@ class RewardFunction:
         for i, s in enumerate(specs):
             component = build_component(s.name, s.params, context, f"rewards[{i}]")
             terms.append(RewardTerm(s.name, s.weight, component, getattr(s, "gate", None),
-                                    getattr(s, "gate_threshold", 1.0)))
-        return cls(terms)
+                                    getattr(s, "gate_threshold", 1.0), getattr(s, "process_only", False)))
+        return cls(terms, tokenizer=context.tokenizer if context is not None else None)
 
     def close(self) -> None:
         """Release what components hold (worker processes)."""
@@ -230,6 +249,8 @@ class RewardFunction:
 
     def __call__(self, groups: list[Group], task: Any) -> None:
         scored = {t.name: self._score(t, groups, task) for t in self.terms}
+        # a step reward ran when any of its outputs carries steps: then every sample gets a (maybe empty) list
+        has_steps = any(o.steps is not None for out in scored.values() for group_out in out for o in group_out)
         self.last_metrics = {}
         for t in self.terms:
             stats = getattr(t.component, "metrics", None)
@@ -238,6 +259,7 @@ class RewardFunction:
         for g, group in enumerate(groups):
             for i, sample in enumerate(group.samples):
                 values = {t.name: _finite(scored[t.name][g][i].value) for t in self.terms}
+                step_terms: list[tuple[float, list[StepScore]]] = []
                 non_finite = []
                 total = 0.0
                 for t in self.terms:
@@ -258,7 +280,10 @@ class RewardFunction:
                         self.failures[f"{t.name}: {_failure_kind(o.reason)}"] += 1
                     if t.gate is not None and (values[t.gate] or 0.0) < t.gate_threshold:
                         continue  # gated: this term only counts once the outcome passes
-                    total += t.weight * sample.rewards[t.name]
+                    if o.steps is not None:
+                        step_terms.append((t.weight, o.steps))
+                    if not t.process_only:
+                        total += t.weight * sample.rewards[t.name]
                 if not non_finite and not math.isfinite(total):  # finite terms whose weighted sum overflows
                     non_finite.append("sum")
                     log.warning("the weighted reward sum is %r for sample %d of prompt %s; the sample is scored 0 "
@@ -269,6 +294,41 @@ class RewardFunction:
                 else:
                     sample.meta.pop("non_finite_reward", None)
                     sample.reward = total
+                if has_steps:
+                    self._place_steps(sample, step_terms)
+
+    def _place_steps(self, sample: Any, step_terms: list[tuple[float, list[StepScore]]]) -> None:
+        """Sum the terms' weighted step scores on each step's last response token (see module docstring)."""
+        if step_terms and self.tokenizer is None:
+            raise ValueError("a step reward needs the tokenizer to map its steps onto tokens; build the "
+                             "RewardFunction with RewardContext(tokenizer=...) (RewardFunction.from_config)")
+        per_token: dict[int, float] = {}
+        ends = _token_char_ends(sample.response_ids, self.tokenizer) if step_terms else []
+        for weight, steps in step_terms:
+            for st in steps:
+                if not ends or not math.isfinite(st.score):
+                    continue
+                token = next((k for k, e in enumerate(ends) if e >= st.end), len(ends) - 1)
+                per_token[token] = per_token.get(token, 0.0) + weight * float(st.score)
+        order = sorted(per_token)
+        sample.step_ends = order
+        sample.step_rewards = [per_token[k] for k in order]
+
+
+def _token_char_ends(response_ids: Sequence[int], tokenizer: Any) -> list[int]:
+    """For each response token, the length of the decoded text up to and including it (as `Sample.text` is
+    decoded: special tokens skipped). Token pieces decoded one by one are used when they add up to the whole
+    text (byte-level tokenizers on ASCII, most text); otherwise every prefix is decoded (exact, slower)."""
+    ids = list(response_ids)
+    pieces = tokenizer.batch_decode([[i] for i in ids], skip_special_tokens=True)
+    ends, total = [], 0
+    for piece in pieces:
+        total += len(piece)
+        ends.append(total)
+    if "".join(pieces) == tokenizer.decode(ids, skip_special_tokens=True):
+        return ends
+    prefixes = tokenizer.batch_decode([ids[: k + 1] for k in range(len(ids))], skip_special_tokens=True)
+    return [len(p) for p in prefixes]
 
 
 def _finite(value: Any) -> float | None:

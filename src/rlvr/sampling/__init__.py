@@ -4,7 +4,7 @@ Importing this package registers every batch sampler (`SAMPLERS`), the `reinforc
 and the agent turn-budget schedules (`TURN_BUDGETS`). See docs/sampling.md.
 """
 
-from rlvr.sampling import adaptive, bandit, curriculum, filters, guidance, pcl, tree  # noqa: F401  (register)
+from rlvr.sampling import adaptive, bandit, curriculum, distill, filters, guidance, pcl, search, tree  # noqa: F401  (register)
 from rlvr.sampling.base import SAMPLERS, BatchSampler, StepContext, UniformSampler
 from rlvr.sampling.curriculum import TURN_BUDGETS
 from rlvr.sampling.order import PromptSampler

@@ -11,6 +11,7 @@ registry, like every other component). Every strategy stops when its budget is s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -27,7 +28,9 @@ from rlvr.search.tree import (
     SelectionRule,
     ValueFn,
     backup,
+    puct_score,
     select_child,
+    uct_score,
 )
 
 SEARCH_STRATEGIES: Registry = Registry("search strategy")
@@ -46,20 +49,30 @@ def mcts(
     max_iterations: Annotated[int, Field(ge=1)] = 100_000,
     max_idle: Annotated[int, Field(ge=1)] = 200,
     stop_value: float | None = None,
+    widen: Annotated[float, Field(gt=0.0, le=1.0)] | None = None,
 ) -> SearchTree:
     r"""Monte-Carlo tree search: select, expand, evaluate, back up, until the budget is spent.
 
         select:   from the root, follow argmax_c score(c) (UCT or PUCT, rlvr.search.tree) to a leaf
-        expand:   a leaf never expanded gets children = expand(leaf) (as many as the budget allows),
-                  and the search steps into the best-scoring new child
+                  (with `widen` = alpha: stop early at a node that may widen: expanded < (N + 1)^alpha times)
+        expand:   a leaf never expanded gets children = expand(leaf) (as many as the budget allows);
+                  a node that may widen gets the proposals of expand(node) that are not children yet;
+                  the search steps into the best-scoring new child
         evaluate: v = value(node)
         backup:   N += 1, W += v on the node and all its ancestors
 
     A leaf whose expansion is [] is terminal; selecting it again re-evaluates it (its Q is then a mean over
-    evaluations, which matters for a noisy value). The search stops when a leaf to expand no longer fits the
-    budget, when every leaf is terminal, after `max_iterations` evaluations, after `max_idle` evaluations in a
-    row that created no node (selection keeps returning to finished leaves), or as soon as a terminal leaf
-    scores `stop_value` or more (e.g. 1.0: a verified correct answer).
+    evaluations, which matters for a noisy value). The search stops when a node to expand no longer fits the
+    budget, when every leaf is terminal (and no node may widen), after `max_iterations` evaluations, after
+    `max_idle` evaluations in a row that created no node (selection keeps returning to finished leaves), or as
+    soon as a terminal leaf scores `stop_value` or more (e.g. 1.0: a verified correct answer).
+
+    Progressive widening (`widen`, off by default) is for expansions that are samples, not an enumeration: a
+    policy that proposes the same segment k times gives a node one child, and without widening that node is
+    never offered an alternative. A widening whose proposals are all children already adds nothing; their
+    tokens are still counted against a token budget (they were generated). Source: Coulom, "Computing Elo
+    ratings of move patterns in the game of Go" (2007) and Couetoux et al., "Continuous upper confidence
+    trees" (2011), with the constant 1.
 
     Source: R-MCTS of Yu et al., "Exact: Teaching AI Agents to Explore with Reflective-MCTS and Exploratory
     Learning", arXiv:2410.02052, without its multi-agent debate (value) and reflection (memory): that is the
@@ -67,20 +80,40 @@ def mcts(
     """
     idle = 0
     for _ in range(max_iterations):
+        if tree.stopped:
+            break
         node = tree.root
-        while node.children:
+        while node.children and not _may_widen(node, widen):
             node = select_child(node, rule, c)
         idle += 1
-        if not node.expanded:
+        widened = False
+        if node.children:  # widen: the proposals that are not children yet
+            if tree.exhausted():
+                break
+            proposals = list(expand(node))
+            node.expansions += 1
+            have = {ch.token_ids for ch in node.children}
+            new = [p for p in proposals if tuple(int(t) for t in p[0]) not in have]
+            tree.tokens += sum(len(p[0]) for p in proposals) - sum(len(p[0]) for p in new)
+            kids = tree.add_children(node, new) if new else []
+            if kids:
+                node, idle, widened = _best_of(node, kids, rule, c), 0, True
+            else:  # nothing new here: descend as usual
+                while node.children:
+                    node = select_child(node, rule, c)
+        if widened:
+            pass  # evaluate the new child
+        elif not node.expanded:  # a fresh leaf
             if tree.exhausted():
                 break
             proposals = expand(node)
+            node.expansions += 1
             kids = tree.add_children(node, proposals)
             if proposals and not kids:
                 break  # the budget cannot hold even one proposed child
             if kids:
                 node, idle = select_child(node, rule, c), 0
-        elif node.terminal and _fully_explored(tree.root):
+        elif node.terminal and _fully_explored(tree.root, widen):
             break
         v = value(node)
         backup(node, v)
@@ -89,12 +122,30 @@ def mcts(
     return tree
 
 
-def _fully_explored(root: Node) -> bool:
-    """True when every leaf below `root` is terminal (no expansion is left to try)."""
+def _may_widen(node: Node, widen: float | None) -> bool:
+    """Progressive widening: a non-terminal node expanded fewer than (N + 1)^alpha times may be expanded again
+    (counting expansions, not children: a widening that proposed only existing children still counts)."""
+    return (widen is not None and bool(node.children) and not node.terminal
+            and node.expansions < (node.visits + 1) ** widen)
+
+
+def _best_of(parent: Node, kids: list[Node], rule: SelectionRule, c: float) -> Node:
+    """The child among `kids` (new children of `parent`) that `select_child` would pick among them."""
+    score = uct_score if rule == "uct" else puct_score
+    best, best_score = kids[0], -math.inf
+    for kid in kids:
+        s = score(kid, parent.visits, c)
+        if s > best_score:
+            best, best_score = kid, s
+    return best
+
+
+def _fully_explored(root: Node, widen: float | None = None) -> bool:
+    """True when every leaf below `root` is terminal and no node may widen (no expansion is left to try)."""
     stack = [root]
     while stack:
         n = stack.pop()
-        if not n.children and not n.terminal:
+        if (not n.children and not n.terminal) or _may_widen(n, widen):
             return False
         stack.extend(n.children)
     return True
@@ -142,7 +193,7 @@ def beam_prm(
     """
     _score(tree.root, value)
     beams = [tree.root]
-    while beams:
+    while beams and not tree.stopped:
         candidates: list[Node] = []
         for beam in beams:
             if tree.exhausted():

@@ -44,6 +44,7 @@ class Node:
     value_sum: float = 0.0
     expanded: bool = False
     terminal: bool = False
+    expansions: int = 0  # calls of expand(node) by a strategy that re-expands (mcts with widening)
 
     @property
     def value(self) -> float:
@@ -90,7 +91,8 @@ class SearchTree:
         self.budget = budget
         self.root = Node(token_ids=tuple(prompt_ids))
         self.nodes = 0   # created, root excluded
-        self.tokens = 0  # in created segments
+        self.tokens = 0  # in created segments (a caller may add tokens it spent elsewhere, e.g. rollouts)
+        self.stopped = False  # set by a callback to end the search early (e.g. a verified answer was found)
 
     def fits(self, segment: Sequence[int]) -> bool:
         b = self.budget
@@ -98,8 +100,8 @@ class SearchTree:
                 and (b.max_tokens is None or self.tokens + len(segment) <= b.max_tokens))
 
     def exhausted(self) -> bool:
-        """True once not even a one-token node fits."""
-        return not self.fits((0,))
+        """True once not even a one-token node fits, or a callback has stopped the search."""
+        return self.stopped or not self.fits((0,))
 
     def add_children(self, node: Node, expansions: Sequence[Expansion]) -> list[Node]:
         """Attach `expansions` under `node` as far as the budget allows; none at all marks it terminal.

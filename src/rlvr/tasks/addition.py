@@ -13,6 +13,7 @@ a careless teacher that drops carries or slips a digit, which is how the built-i
 from __future__ import annotations
 
 import random
+import re
 from typing import Annotated
 
 from pydantic import Field
@@ -54,6 +55,50 @@ def worked_solution(
         steps.append(f"{x}+{y}{'+1' if c else ''}={s};{running}")
     text = "|".join(steps) + f"|A:{running}"
     return text, int(running) == a + b
+
+
+_STEP = re.compile(r"(\d)\+(\d)(\+1)?=(\d+);(\d+)")
+
+
+def scratchpad_steps(text: str) -> list[tuple[int, int]]:
+    """Character spans of the scratchpad's column steps: the `|`-separated pieces before the answer line
+    (`A:` or `Answer:`), delimiters excluded; empty pieces are skipped."""
+    spans, start = [], 0
+    for piece in text.split("|"):
+        end = start + len(piece)
+        stripped = piece.strip()
+        if stripped.startswith("A:") or stripped.lower().startswith("answer"):
+            break
+        if stripped:
+            spans.append((start, end))
+        start = end + 1
+    return spans
+
+
+def step_validity(text: str) -> tuple[list[float], bool]:
+    """Per-step validity of an addition scratchpad, and whether the whole chain is valid.
+
+    A step is valid when it is well formed (`x+y[+1]=s;running`), its sum is right (x + y + carry = s), its
+    carry matches the previous column (carry iff the previous sum was >= 10), and its running result is the
+    previous one with s's last digit (the whole s in the last column) prepended. The chain is valid when it has
+    at least one step, every step is valid, and the answer line
+    repeats the last running result. Nothing here looks at the problem: this is internal logic only.
+    """
+    spans = scratchpad_steps(text)
+    scores, prev_sum, prev_running = [], 0, ""
+    for k, (a, b) in enumerate(spans):
+        m = _STEP.fullmatch(text[a:b].strip())
+        ok = False
+        if m:
+            x, y, c, s, running = int(m[1]), int(m[2]), int(bool(m[3])), int(m[4]), m[5]
+            last = k == len(spans) - 1
+            ok = (x + y + c == s and c == int(prev_sum >= 10)
+                  and running == (str(s) if last else str(s % 10)) + prev_running)
+            prev_sum, prev_running = s, running
+        scores.append(1.0 if ok else 0.0)
+    found = extract_answer(text, "auto")
+    chain = bool(spans) and all(scores) and found is not None and found.strip() == prev_running
+    return scores, chain
 
 
 @TASKS.register("addition")
@@ -124,3 +169,18 @@ class AdditionTask(Task):
 
     def worked_solution(self, record: TaskRecord, **slips) -> tuple[str, bool]:
         return worked_solution(record.meta["a"], record.meta["b"], **slips)
+
+    # -- process rewards (rlvr.rewards.process): the scratchpad's steps can be checked ---------------------
+
+    def reasoning_steps(self, response: str, record: TaskRecord) -> list[tuple[int, int]]:
+        """Character spans of the response's column steps."""
+        return scratchpad_steps(response)
+
+    def key_steps(self, record: TaskRecord) -> list[str]:
+        """The intermediate results a correct solution must contain: each column's sum, e.g. `8+3+1=12`."""
+        text, _ = worked_solution(record.meta["a"], record.meta["b"])
+        return [piece.split(";")[0] for piece in text.split("|")[:-1]]
+
+    def step_validity(self, response: str, record: TaskRecord) -> tuple[list[float], bool]:
+        """Per-step and whole-chain validity of the scratchpad (see `step_validity`)."""
+        return step_validity(response)

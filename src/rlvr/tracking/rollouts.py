@@ -60,6 +60,9 @@ class RolloutWriter:
         advantage (float, or one float per response token), finish_reason, length (response tokens),
         policy_version, answer (the reference answer, as text), difficulty
 
+    and, when a step reward ran (process rewards), `steps`: {"ends": last response-token index of each scored
+    step, "rewards": the step's weighted score}.
+
     and, for a prompt with images (a visual task), `images` on the group's first stored sample only: one list
     per image item of the prompt, [data URI] for an image or the frames' data URIs for a clip, each a PNG
     thumbnail at most `thumbnail_side` pixels on its longer side (`record_thumbnails`). Text-only prompts get
@@ -108,7 +111,7 @@ class RolloutWriter:
         elif adv is not None:
             adv = _jsonable(float(adv))
         answer = group.record.answer
-        return {
+        row = {
             "step": step, "group": gi, "sample": si, "prompt_id": str(group.record.id),
             "prompt": group.prompt_text[: self.max_chars], "response": sample.text[: self.max_chars],
             "reward": _jsonable(float(sample.reward)),
@@ -118,6 +121,10 @@ class RolloutWriter:
             "length": len(sample.response_ids), "policy_version": sample.policy_version,
             "answer": None if answer is None else str(answer), "difficulty": group.record.difficulty,
         }
+        if getattr(sample, "step_ends", None) is not None:
+            row["steps"] = {"ends": list(sample.step_ends),
+                            "rewards": [_jsonable(round(float(r), 5)) for r in sample.step_rewards]}
+        return row
 
 
 def read_rollouts(run_dir: str | Path) -> list[dict[str, Any]]:

@@ -34,6 +34,7 @@ from rlvr.runtime import (
     ProgressReporter,
     StopSignals,
     announce_sandbox,
+    apply_threads,
     attach_log_file,
     console,
     prepare_run_dir,
@@ -54,6 +55,7 @@ __all__ = ["TrainingError", "TrainingInterrupted", "train"]
 def train(cfg: Config, *, resume: bool = False, stop_after: int | None = None) -> Path:
     """Run (or resume) RL training; returns the run directory. `stop_after` ends this invocation after that many
     steps in total, as if interrupted (tests use it)."""
+    apply_threads(cfg.run.threads)  # run.threads: before any work, and before versions.json records it
     multi_rank = dp.init_from_env()  # torchrun: a data-parallel learner over the ranks
     task, tokenizer, device = preflight(cfg, multi_rank)  # bad input fails before any run directory exists
     run_dir = prepare_run_dir(cfg, resume) if dp.is_main() else None

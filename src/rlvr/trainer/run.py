@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from rich.markup import escape
 
-from rlvr.config import Config
+from rlvr.config import Config, ConfigError
 from rlvr.models.lora import exportable, is_lora, load_lora_state, lora_state
 from rlvr.models.vision import load_processor
 from rlvr.parallel import data_parallel as dp
@@ -125,6 +125,18 @@ class Run:
             ) from err
 
 
+def _build_sampler(cfg: Config, prompts: Any) -> BatchSampler:
+    """The configured batch sampler; a `search` section makes it the search rollout (docs/search.md)."""
+    if cfg.search is None:
+        return SAMPLERS.build(cfg.sampling.name, cfg.sampling.params, where="sampling", prompts=prompts,
+                              seed=cfg.run.seed)
+    if cfg.search.name == "sampling":
+        raise ConfigError("search.name: 'sampling' is the evaluation baseline (rlvr eval); to train with plain "
+                          "sampling remove the search section, or set search.name=mcts or beam_prm")
+    return SAMPLERS.build("search", {}, where="sampling", prompts=prompts, seed=cfg.run.seed,
+                          search=cfg.search.settings())
+
+
 def open_run(cfg: Config, run_dir: Path, resume: bool, task: Any, tokenizer: Any, device: torch.device) -> Run:
     """Place the roles and build the run; when resuming, restore the newest checkpoint that verifies."""
     seed_everything(cfg.run.seed)
@@ -136,8 +148,7 @@ def open_run(cfg: Config, run_dir: Path, resume: bool, task: Any, tokenizer: Any
         run = Run(
             cfg=cfg, run_dir=run_dir, task=task, prompts=prompts, tokenizer=tokenizer,
             renderer=PromptRenderer(task, tokenizer, cfg.model.chat_template, processor), roles=roles,
-            sampler=SAMPLERS.build(cfg.sampling.name, cfg.sampling.params, where="sampling", prompts=prompts,
-                                   seed=cfg.run.seed),
+            sampler=_build_sampler(cfg, prompts),
             params=SamplingParams(n=cfg.rollout.n, temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
                                   top_k=cfg.rollout.top_k, max_new_tokens=cfg.rollout.max_new_tokens,
                                   stop=list(cfg.rollout.stop)),

@@ -35,9 +35,68 @@ from rlvr.trainer.checkpoint import save_checkpoint, save_hf_dir
 log = logging.getLogger("rlvr.sft")
 
 
+ROLLOUTS_FILE = "rollouts.jsonl"
+
+
+def data_format(cfg: SFTConfig) -> str:
+    """'rollouts' for an RL run's directory or rollouts.jsonl (with format auto), else 'prompt_completion'."""
+    if cfg.data.format != "auto":
+        return cfg.data.format
+    path = Path(cfg.data.path)
+    return "rollouts" if path.is_dir() or path.name == ROLLOUTS_FILE else "prompt_completion"
+
+
+def rollout_examples(path: Path, *, correct_only: bool = True, per_prompt: int | None = 1,
+                     max_examples: int | None = None) -> tuple[list[tuple[str, str]], int]:
+    """(prompt, response) pairs from an RL run's rollouts.jsonl (or its directory), and the rows left out.
+
+    Re-distillation's data (Chen et al., arXiv:2505.17988): the RL-trained policy's own answers. Rows are taken
+    newest first (the latest step is the most-trained policy), only verified-correct ones with `correct_only`
+    (a label-free run stores correct=None: left out), at most `per_prompt` distinct responses per prompt, at
+    most `max_examples` in all. The prompt is the rendered prompt the policy saw (chat template applied).
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / ROLLOUTS_FILE
+    if not path.exists():
+        raise TaskError(f"data.path: '{path}' not found; a run stores its samples in rollouts.jsonl when "
+                        "logging.rollouts_every > 0 (raise logging.rollouts_per_step to keep whole batches)")
+    rows = [r for _, r in read_rows(path) if isinstance(r, dict)]
+    if rows and not any("response" in r and "prompt" in r for r in rows):
+        raise TaskError(f"data.path: '{path}' is not a run's rollouts (rows need 'prompt', 'response' and "
+                        f"'correct'; the first has: {', '.join(sorted(rows[0]))}); for prompt/completion "
+                        "rows set data.format=prompt_completion")
+    order = sorted(range(len(rows)), key=lambda i: (-int(rows[i].get("step") or 0), i))  # newest first, stable
+    taken: dict[str, set[str]] = {}
+    out: list[tuple[str, str]] = []
+    for i in order:
+        r = rows[i]
+        prompt, response = r.get("prompt"), r.get("response")
+        if not isinstance(prompt, str) or not isinstance(response, str) or not response:
+            continue
+        if correct_only and r.get("correct") is not True:
+            continue
+        seen = taken.setdefault(prompt, set())
+        if response in seen or (per_prompt is not None and len(seen) >= per_prompt):
+            continue
+        seen.add(response)
+        out.append((prompt, response))
+        if max_examples is not None and len(out) >= max_examples:
+            break
+    if not out:
+        raise TaskError(f"data.path: no usable answer in '{path}' ({len(rows)} rows"
+                        f"{', none marked correct' if correct_only else ''}); train the run longer, store more "
+                        "samples (logging.rollouts_per_step), or set data.correct_only=false")
+    return out, len(rows) - len(out)
+
+
 def tokenize_examples(cfg: SFTConfig, tokenizer: Any) -> tuple[list[tuple[list[int], int]], int]:
     """(ids, prompt_length) per usable row, and the number of rows skipped (malformed or too long)."""
+    if data_format(cfg) == "rollouts":
+        return _tokenize_rollouts(cfg, tokenizer)
     rows = read_rows(Path(cfg.data.path))
+    if cfg.data.max_examples is not None:
+        rows = rows[: cfg.data.max_examples]
     cols = (cfg.data.prompt_column, cfg.data.completion_column)
     first = next((r for _, r in rows if isinstance(r, dict)), None)
     if first is None:
@@ -65,6 +124,27 @@ def tokenize_examples(cfg: SFTConfig, tokenizer: Any) -> tuple[list[tuple[list[i
         out.append((ids, len(prompt_ids)))
     if not out:
         raise TaskError(f"data.path: no usable examples in '{cfg.data.path}' ({skipped} skipped)")
+    return out, skipped
+
+
+def _tokenize_rollouts(cfg: SFTConfig, tokenizer: Any) -> tuple[list[tuple[list[int], int]], int]:
+    """`rollout_examples` tokenized as the RL run saw them: the stored prompt is already rendered, so it is
+    encoded as the trainer's renderer encodes it (no special tokens added after a chat template)."""
+    pairs, left_out = rollout_examples(Path(cfg.data.path), correct_only=cfg.data.correct_only,
+                                       per_prompt=cfg.data.per_prompt, max_examples=cfg.data.max_examples)
+    chat = uses_chat_template(tokenizer, cfg.model.chat_template)
+    eos = int(tokenizer.eos_token_id)
+    out, skipped = [], left_out
+    for prompt, response in pairs:
+        prompt_ids = list(tokenizer(prompt, add_special_tokens=not chat)["input_ids"])
+        ids = prompt_ids + list(tokenizer(response, add_special_tokens=False)["input_ids"]) + [eos]
+        if len(ids) > cfg.data.max_length:
+            skipped += 1
+            continue
+        out.append((ids, len(prompt_ids)))
+    if not out:
+        raise TaskError(f"data.path: every answer in '{cfg.data.path}' is longer than data.max_length="
+                        f"{cfg.data.max_length} tokens")
     return out, skipped
 
 

@@ -13,6 +13,8 @@ One family per module; importing this package imports them all, which registers 
 - `gae.py`: critic-based: gae (and `gae_returns`, the critic's targets)
 - `reweighted.py`: GRPO reweighted per sample: grpo_lead (difficulty), ace (confidence), ear (entropy)
 - `ktae.py`: per-token key-token values on top of GRPO: ktae
+- `tree.py`: a search rollout's per-token tree advantages, passed through: tree
+- `process.py`: process supervision from step rewards: process_grpo
 - `common.py`: the `ADVANTAGES` registry, `group_stats` and the shared private helpers
 """
 
@@ -25,6 +27,7 @@ from rlvr.algorithms.advantages.group import (
     rloo_advantages,
 )
 from rlvr.algorithms.advantages.ktae import _fisher_exact_p, ktae_advantages
+from rlvr.algorithms.advantages.process import normalized_step_returns, process_grpo_advantages
 from rlvr.algorithms.advantages.reinforce import (
     nsr_advantages,
     psr_advantages,
@@ -37,6 +40,7 @@ from rlvr.algorithms.advantages.reweighted import (
     entropy_reshaped_advantages,
     grpo_lead_advantages,
 )
+from rlvr.algorithms.advantages.tree import tree_advantages
 
 __all__ = [
     "ADVANTAGES",
@@ -53,10 +57,13 @@ __all__ = [
     "grpo_lead_advantages",
     "ktae_advantages",
     "lite_ppo_advantages",
+    "normalized_step_returns",
     "nsr_advantages",
+    "process_grpo_advantages",
     "psr_advantages",
     "reinforce_pp_advantages",
     "reinforce_pp_baseline_advantages",
     "rloo_advantages",
+    "tree_advantages",
     "weighted_reinforce_advantages",
 ]

@@ -13,10 +13,17 @@ from typing import Annotated
 import torch
 from pydantic import Field
 
-from rlvr.algorithms.losses.common import LOSSES, _check_dual_clip, _clipped_surrogate, _log_ratio
+from rlvr.algorithms.losses.common import (
+    LOSSES,
+    _check_dual_clip,
+    _clipped_surrogate,
+    _log_ratio,
+    zero_grad_at_zero_advantage,
+)
 
 
 @LOSSES.register("ppo_clip")
+@zero_grad_at_zero_advantage
 def ppo_clip_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
@@ -71,6 +78,7 @@ def dcpo_ratio_bounds(
 
 
 @LOSSES.register("dcpo")
+@zero_grad_at_zero_advantage
 def dcpo_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,

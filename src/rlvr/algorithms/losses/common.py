@@ -13,6 +13,18 @@ from rlvr.registry import Registry
 
 LOSSES: Registry = Registry("policy loss")
 
+
+
+def zero_grad_at_zero_advantage(loss_fn):
+    """Mark a loss whose per-token value and gradient are exactly zero on every token of a row whose
+    advantages are all zero, whatever the other rows hold: the learner may then skip such rows' forward and
+    backward (`train.skip_zero_advantage`). Only losses of the form f(r_t, sg[...]) * A_t per row qualify; a
+    loss with a term that does not vanish at A = 0 (a drift or KL term, an SFT term, batch statistics such as
+    a covariance over all tokens) must not carry the mark."""
+    loss_fn.zero_grad_at_zero_advantage = True
+    return loss_fn
+
+
 _LOG_RATIO_BOUND = 20.0  # exp(20) ~ 4.9e8: finite in float32/bf16, and far outside any clip range
 
 

@@ -7,10 +7,16 @@ from typing import Annotated, Literal
 import torch
 from pydantic import Field
 
-from rlvr.algorithms.losses.common import _LOG_RATIO_BOUND, LOSSES, _clipped_surrogate
+from rlvr.algorithms.losses.common import (
+    _LOG_RATIO_BOUND,
+    LOSSES,
+    _clipped_surrogate,
+    zero_grad_at_zero_advantage,
+)
 
 
 @LOSSES.register("gspo")
+@zero_grad_at_zero_advantage
 def gspo_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,

@@ -1,0 +1,101 @@
+"""The `search` section: tree-search rollouts (training) or a searched answer (evaluation); docs/search.md.
+
+`name` is the search strategy (`rlvr.search.SEARCH_STRATEGIES`: mcts, beam_prm), or `sampling`, plain
+sampling under the same token budget (an evaluation baseline only). The keys listed here are the rollout's
+own; every other key is a knob of the strategy (e.g. `search.c=0.3`, `search.beam_width=2`) and is checked
+against it when the config is bound.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from rlvr.config.base import ComponentSpec
+
+SEARCH_NAMES = ("mcts", "beam_prm", "sampling")
+
+
+class SearchConfig(ComponentSpec):
+    """A search rollout: strategy, budget per prompt, expansion and leaf values."""
+
+    name: str = Field("mcts", description="Strategy: mcts, beam_prm, or sampling (the evaluation baseline: "
+                      "independent samples until the token budget is spent).")
+    max_tokens: int | None = Field(None, ge=1, description="Budget per prompt: tokens the engine generates for it "
+                                   "(expansions, merged duplicates and rollouts).")
+    max_nodes: int | None = Field(None, ge=1, description="Budget per prompt: tree nodes (segments) created.")
+    branch: int = Field(4, ge=1, description="Continuations sampled per expansion (k).")
+    segment_tokens: int = Field(16, ge=1, description="Tokens per expansion at most (a step is cut there).")
+    delimiter: str | None = Field(None, description="A segment ends after this string (a reasoning step), "
+                                  "e.g. '|' for the addition task's columns or a newline; none: fixed length.")
+    leaf_rollouts: int = Field(1, ge=0, description="Completions sampled to value a partial leaf (mean reward); "
+                               "0: partial leaves are worth 0.")
+    advantage: Literal["rewards", "parent", "treerl", "siblings"] = Field(
+        "rewards", description="rewards: the algorithm's estimator on the leaves' rewards; parent / treerl / "
+        "siblings: per-token tree advantages from node values (needs algorithm.advantage=tree).")
+
+    @model_validator(mode="after")
+    def _check(self) -> SearchConfig:
+        if self.name not in SEARCH_NAMES:
+            hint = (" (policy_guided needs a learned PGTS policy, which rlvr does not have yet)"
+                    if self.name == "policy_guided" else "")
+            raise ValueError(f"search.name: unknown search '{self.name}'{hint}; expected one of "
+                             f"{', '.join(SEARCH_NAMES)}")
+        if self.max_tokens is None and self.max_nodes is None:
+            raise ValueError("search: a search needs a budget per prompt; set search.max_tokens (tokens generated) "
+                             "or search.max_nodes (tree nodes), e.g. search.max_tokens=400")
+        if self.name == "sampling" and self.max_tokens is None:
+            raise ValueError("search.max_tokens: search.name=sampling spends a token budget; set search.max_tokens")
+        return self
+
+    def settings(self) -> Any:
+        """The section as `rlvr.sampling.search.SearchSettings` (what the sampler and eval use)."""
+        from rlvr.sampling.search import SearchSettings
+
+        return SearchSettings(strategy=self.name, strategy_params=self.params, max_nodes=self.max_nodes,
+                              max_tokens=self.max_tokens, branch=self.branch, segment_tokens=self.segment_tokens,
+                              delimiter=self.delimiter, leaf_rollouts=self.leaf_rollouts, advantage=self.advantage)
+
+
+def search_problems(cfg: Any) -> list[str]:
+    """Cross-checks of the search section with the strategy registry, the sampler and the estimator."""
+    from rlvr.registry import RegistryError
+    from rlvr.search import SEARCH_STRATEGIES
+
+    s = cfg.search
+    adv = cfg.algorithm.advantage.name
+    problems: list[str] = []
+    if s is None:
+        if cfg.sampling.name == "search":
+            problems.append("sampling.name: 'search' is set by the search section; remove sampling.name and set "
+                            "search.name=mcts (or beam_prm) with search.max_tokens")
+        if adv == "tree":
+            problems.append("algorithm.advantage: 'tree' passes a search rollout's tree advantages through; set "
+                            "search.name=mcts and search.advantage=parent (or treerl, siblings), or use grpo")
+        return problems
+    if s.name != "sampling":
+        try:
+            for k, v in SEARCH_STRATEGIES.resolve(s.name, s.params, "search").items():
+                setattr(s, k, v)
+        except RegistryError as err:
+            problems.extend(str(err).splitlines())
+    elif s.params:
+        problems.append(f"search: search.name=sampling takes no strategy knobs; got {', '.join(s.params)}")
+    if cfg.sampling.name not in ("uniform", "search"):
+        problems.append(f"sampling.name: a search rollout (search.name={s.name}) replaces the batch sampler; remove "
+                        f"sampling.name={cfg.sampling.name} or the search section")
+    if cfg.distributed.mode == "async":
+        problems.append("distributed.mode: a search rollout runs step by step; set distributed.mode=sync")
+    if cfg.agent is not None:
+        problems.append("agent: a search rollout is single-turn; remove the agent section or the search section")
+    if cfg.rollout.stop:
+        problems.append("rollout.stop: a search rollout does not apply stop strings (responses end at EOS or "
+                        "rollout.max_new_tokens); remove rollout.stop, and use search.delimiter to end a step")
+    if s.advantage != "rewards" and adv != "tree":
+        problems.append(f"algorithm.advantage: search.advantage={s.advantage} gives per-token tree advantages, "
+                        f"which only algorithm.advantage=tree passes through; got '{adv}'")
+    if s.advantage == "rewards" and adv == "tree":
+        problems.append("algorithm.advantage: 'tree' needs tree advantages; set search.advantage=parent (or "
+                        "treerl, siblings), or use an estimator on rewards such as grpo")
+    return problems
