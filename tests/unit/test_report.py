@@ -152,6 +152,21 @@ def test_reward_components_chart_holds_only_rewards_and_telemetry_has_its_own(tm
     assert re.search(r'<svg[^>]*data-plot="verifier_throughput"', page)
 
 
+def test_a_coevolving_reward_model_gets_its_accuracy_chart(tmp_path):
+    run_dir = fake_run(tmp_path / "run")
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()[:-1]]
+    for i, row in enumerate(rows):
+        row.update({"reward/correctness": 0.5, "reward/learned_rm": 0.4})
+        if i % 2 == 0:  # refreshed every other step (coevolve.every=2)
+            row.update({"rm/accuracy": 0.6, "rm/margin": 0.1})
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    page = write_report(run_dir).read_text()
+    chart = re.search(r'<svg[^>]*data-plot="rm_accuracy".*?</svg>', page, re.S)
+    assert chart and "accuracy" in chart.group(0)
+    components = re.search(r'<svg[^>]*data-plot="reward_components".*?</svg>', page, re.S)
+    assert components and "learned_rm" in components.group(0) and "correctness" in components.group(0)
+
+
 def thumb_uri(color: tuple[int, int, int], size: tuple[int, int] = (48, 48)) -> str:
     import io
 

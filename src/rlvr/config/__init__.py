@@ -16,6 +16,7 @@ checks that do not.
 from rlvr.config.agent import AgentConfig, EnvironmentSpec, ToolSpec
 from rlvr.config.algorithm import AlgorithmConfig, CriticConfig
 from rlvr.config.base import ComponentSpec, Strict
+from rlvr.config.coevolve import CoEvolveConfig
 from rlvr.config.distributed import DistributedConfig
 from rlvr.config.loading import dump_config, format_validation_error, info, load_config, read_yaml, validate
 from rlvr.config.model import LoraSpec, ModelConfig
@@ -29,7 +30,7 @@ from rlvr.config.sft import SFTConfig, SFTDataConfig, SFTTrainConfig
 from rlvr.config.train import OptimConfig, TrainConfig
 from rlvr.errors import ConfigError
 
-__all__ = ["AgentConfig", "AlgorithmConfig", "CheckpointConfig", "ComponentSpec", "Config", "ConfigError",
+__all__ = ["AgentConfig", "AlgorithmConfig", "CheckpointConfig", "CoEvolveConfig", "ComponentSpec", "Config", "ConfigError",
            "CriticConfig", "DistributedConfig", "EnvironmentSpec", "EvalConfig", "LoggingConfig", "LoraSpec",
            "ModelConfig", "OptimConfig", "RMConfig", "RMDataConfig", "RMLossConfig",
            "RMTrainConfig", "RewardSpec", "RolloutConfig", "RunConfig", "SFTConfig",

@@ -87,3 +87,26 @@ def combination_problems(cfg: Config) -> list[str]:
             problems.append("model.lora: a value head on the adapted policy is not supported; use "
                             "algorithm.critic.kind=separate")
     return problems
+
+
+def coevolve_problems(cfg: Config) -> list[str]:
+    """A reward model that learns beside the policy: its labels come from the verifier, it lives in this
+    process, and the `learned_rm` reward needs it."""
+    problems: list[str] = []
+    names = [r.name for r in cfg.rewards]
+    co = cfg.coevolve
+    if "learned_rm" in names and (co is None or co.mode != "co_evolve"):
+        problems.append(f"rewards[{names.index('learned_rm')}]: learned_rm reads the run's co-evolving reward model; "
+                        "set coevolve.mode=co_evolve (or score with a trained one: {name: reward_model, path: ...})")
+    if co is None:
+        return problems
+    if "correctness" not in names:
+        problems.append(f"coevolve.mode: {co.mode} learns from the verifier's labels, and rewards has no "
+                        f"`correctness` ({', '.join(names)}); add {{name: correctness, weight: 0}} to log them "
+                        "without training on them")
+    d = cfg.distributed
+    if d.backend == "ray" or d.learner_workers or d.mode == "async":
+        problems.append(f"coevolve.mode: {co.mode} places its second trainable role in this process only (Ray "
+                        "placement of it is not done yet); set distributed.backend=local, learner_workers=0 and "
+                        "mode=sync")
+    return problems

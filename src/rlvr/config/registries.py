@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rlvr.config.base import ComponentSpec
-from rlvr.config.consistency import combination_problems, reward_list_problems
+from rlvr.config.consistency import coevolve_problems, combination_problems, reward_list_problems
 from rlvr.config.search import search_problems
 
 if TYPE_CHECKING:
@@ -60,6 +60,7 @@ def resolve_components(cfg: Config) -> list[str]:
     problems.extend(_algorithm_problems(cfg))
     problems.extend(_process_reward_problems(cfg))
     problems.extend(combination_problems(cfg))
+    problems.extend(coevolve_problems(cfg))
     problems.extend(search_problems(cfg))
     return problems
 

@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 from rlvr.config.agent import AgentConfig
 from rlvr.config.algorithm import AlgorithmConfig
 from rlvr.config.base import ComponentSpec, Strict, binding
+from rlvr.config.coevolve import CoEvolveConfig
 from rlvr.config.distributed import DistributedConfig
 from rlvr.config.model import ModelConfig
 from rlvr.config.registries import resolve_components
@@ -48,6 +49,8 @@ class Config(Strict):
                                       "(docs/agents.md); absent: single-turn.")
     search: SearchConfig | None = Field(None, description="Tree-search rollouts (docs/search.md): search.name=mcts "
                                         "or beam_prm with a budget; at evaluation also sampling.")
+    coevolve: CoEvolveConfig | None = Field(None, description="A reward model that learns beside the policy "
+                                            "(docs/reward-models.md, Co-evolution); absent: none.")
 
     @model_validator(mode="after")
     def _bind_components(self, validation: pydantic.ValidationInfo) -> Config:

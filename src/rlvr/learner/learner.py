@@ -12,6 +12,7 @@
                                + kl_coef * aggregate(kl(logp, ref))        (KL in the loss)
                                - entropy_coef * aggregate(entropy)          (entropy bonus)
                                + critic.coef * value_loss                   (critic)
+                          + auxiliary (first epoch, its share per mini-batch: SPARK's judge loss)
                         a loss that asks for full logits (GKD: student_logits, teacher_logits) runs instead
                         on `_gkd_backward`: decoder states once, then LM heads and the loss chunk by chunk
                         KDRL's annealed coefficient: the loss is rebound each update (`scheduled_loss`)
@@ -112,6 +113,8 @@ class Learner:
                             if alg.entropy_target is not None else FixedKLController(alg.entropy_coef))
         self.skipped_steps = 0
         self.updates = 0  # RL batches seen (critic warm-up counts them)
+        # an extra loss that joins the first epoch's optimizer steps (SPARK's judge objective), set per update
+        self.auxiliary: Any = None
         # Truncated IS against the engine's log-probs: asked for directly, or implied by asynchronous training.
         self.tis_cap = alg.tis_cap
         if self.tis_cap is None and cfg.distributed.mode == "async":
@@ -287,7 +290,8 @@ class Learner:
         rows_trained = 0
         self.model.train()
         for epoch in range(cfg.train.ppo_epochs):
-            for mb_rows, micro_batches in self._split(batch):
+            splits = self._split(batch)
+            for mb_index, (mb_rows, micro_batches) in enumerate(splits):
                 if live is not None:
                     micro_batches = self._live_micro_batches(micro_batches, live)
                 if epoch == 0:
@@ -320,6 +324,8 @@ class Learner:
                     train_tokens += mb.num_tokens
                 for _ in range(padding):
                     self._dummy_pass(batch)
+                if self.auxiliary is not None and epoch == 0:  # its share of the extra loss, in this same step
+                    loss_total += self.auxiliary.backward(self.model, mb_index, len(splits))
                 grad_norm = self._reduce_and_step(loss_total, critic_only)
                 if grad_norm is None:
                     skipped += 1

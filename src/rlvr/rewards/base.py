@@ -69,6 +69,7 @@ class RewardContext:
     tokenizer: Any = None
     temperature: float = 1.0
     max_new_tokens: int = 256
+    reward_learner: Any = None  # co_evolve: the run's trainable reward model (`score(rows) -> list[float]`)
 
 
 class RewardComponent(Protocol):

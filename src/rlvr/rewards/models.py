@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 import torch
 from pydantic import Field
 
-from rlvr.rewards.base import REWARDS, RewardOutput
+from rlvr.rewards.base import REWARDS, RewardContext, RewardOutput
 from rlvr.types import Group
 
 
@@ -76,6 +76,30 @@ class SequenceClassifierReward:
         question = task.plain_prompt(group.record) if hasattr(task, "plain_prompt") else group.record.question
         scores = self.score_texts([question] * len(group.samples), [s.text for s in group.samples])
         return [RewardOutput(v, f"reward model {v:.3f}") for v in scores]
+
+
+@REWARDS.register("learned_rm")
+class LearnedRewardModel:
+    """The run's own co-evolving reward model (`coevolve.mode=co_evolve`), read live: it scores the token ids
+    the policy sampled (prompt + response), squashed by a sigmoid into (0, 1) with `normalize: sigmoid` (the
+    default) or raw. Its weights are the latest refresh's, so the reward moves as the reward model learns."""
+
+    def __init__(self, context: RewardContext, *, normalize: Literal["sigmoid", "raw"] = "sigmoid"):
+        if context.reward_learner is None:
+            raise ValueError("learned_rm reads the run's co-evolving reward model, and this run has none; set "
+                             "coevolve.mode=co_evolve")
+        self.learner, self.normalize = context.reward_learner, normalize
+
+    def score_batch(self, groups: list[Group], task: Any) -> list[list[RewardOutput]]:
+        rows = [list(s.prompt_ids) + list(s.response_ids) for g in groups for s in g.samples]
+        raw = self.learner.score(rows) if rows else []
+        values = torch.sigmoid(torch.tensor(raw, dtype=torch.float64)).tolist() if self.normalize == "sigmoid" \
+            else raw
+        out, i = [], 0
+        for g in groups:
+            out.append([RewardOutput(v, f"learned reward model {v:.3f}") for v in values[i : i + len(g.samples)]])
+            i += len(g.samples)
+        return out
 
 
 DEFAULT_JUDGE_TEMPLATE = (

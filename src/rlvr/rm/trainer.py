@@ -21,15 +21,8 @@ from rich.markup import escape
 
 from rlvr.config import RMConfig
 from rlvr.learner.optim import build_optimizer, build_scheduler
-from rlvr.models import (
-    ModelError,
-    check_vocab,
-    load_tokenizer,
-    resolve_device,
-    resolve_dtype,
-    resolve_model_path,
-)
-from rlvr.models.loading import quiet_transformers
+from rlvr.models import ModelError, check_vocab, load_tokenizer, resolve_device, resolve_dtype
+from rlvr.models.reward_head import load_reward_model, sequence_rewards
 from rlvr.rewards.models import render_exchange
 from rlvr.rm.data import PreferencePair, RMDataError, data_format, mine_rollout_pairs, read_pairs, split_pairs
 from rlvr.rm.loss import bradley_terry_loss, pair_accuracy
@@ -89,34 +82,6 @@ def encode_pairs(pairs: list[PreferencePair], tokenizer: Any, max_length: int) -
             continue
         out.append((chosen, rejected, pair.margin))
     return out, skipped
-
-
-def load_reward_model(path: str, *, dtype: torch.dtype, device: torch.device, pad_token_id: int,
-                      trust_remote_code: bool = False) -> Any:
-    """A one-label `AutoModelForSequenceClassification` from a causal-LM (or reward-model) checkpoint."""
-    from transformers import AutoModelForSequenceClassification
-
-    quiet_transformers()
-    p = resolve_model_path(path)
-    try:
-        model = AutoModelForSequenceClassification.from_pretrained(str(p), num_labels=1, dtype=dtype,
-                                                                   trust_remote_code=trust_remote_code)
-    except Exception as err:
-        raise ModelError(f"model.path: could not build a sequence-classification model from '{p}' (transformers "
-                         f"needs a *ForSequenceClassification class for its architecture): {err}") from None
-    model.config.pad_token_id = pad_token_id  # where the head pools: the last token that is not padding
-    return model.to(device).train()
-
-
-def sequence_rewards(model: Any, rows: list[list[int]], pad_id: int, device: torch.device) -> torch.Tensor:
-    """One scalar reward per token row: the head's logit at the row's last token (rows padded right)."""
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    attention = torch.zeros_like(ids)
-    for i, r in enumerate(rows):
-        ids[i, : len(r)] = torch.tensor(r)
-        attention[i, : len(r)] = 1
-    return model(input_ids=ids.to(device), attention_mask=attention.to(device)).logits[:, 0].float()
 
 
 def _pair_rewards(model: Any, pairs: list[EncodedPair], pad_id: int,

@@ -10,6 +10,8 @@ reads `distributed.*`.
     reference     LocalLogProbModel (in the learner)  RemoteReference (reference_worker), or one per learner rank
     teacher       LocalLogProbModel (in the learner)  RemoteReference (reference_worker), or one per learner rank
     trainable     LocalTrainable(Learner), FSDP2      RayLearnerGroup (learner_workers ranks)
+                  SparkTrainable around it (spark)    not yet (a ConfigError names the fix)
+    reward model  RewardModelLearner (co_evolve)      not yet (a ConfigError names the fix)
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 import torch
 from rich.markup import escape
 
-from rlvr.config import Config
+from rlvr.config import Config, ConfigError
 from rlvr.learner import (
     Learner,
     LocalLogProbModel,
@@ -32,8 +34,11 @@ from rlvr.learner import (
     needs_reference,
     needs_teacher,
 )
+from rlvr.learner.reward_model import RewardModelLearner
+from rlvr.learner.spark import SparkTrainable
 from rlvr.models import check_vocab, load_causal_lm, resolve_dtype
 from rlvr.models.lora import apply_lora, lora_summary
+from rlvr.models.reward_head import load_reward_model
 from rlvr.models.vision import is_vision_checkpoint, load_vlm_for_training
 from rlvr.parallel import data_parallel as dp
 from rlvr.rewards import RewardContext, RewardFunction
@@ -56,6 +61,7 @@ class Roles:
     trainable: Trainable
     reference: LogProbModel | None = None  # inside the trainable; None when each Ray learner rank holds its own
     teacher: LogProbModel | None = None  # the same, for distillation (model.teacher_path)
+    reward_learner: RewardModelLearner | None = None  # co_evolve: the second trainable role, a reward model
     env_factory: Any = None  # agent runs: one environment per episode, tools built once; or the HarnessRunner
     _opened: list[Any] = field(default_factory=list, repr=False)  # everything to close, in creation order
 
@@ -105,9 +111,12 @@ def _place(cfg: Config, tokenizer: Any, device: torch.device, checkpoint: Path |
                                  tokenizer)
     opened.append(generator)
 
+    reward_learner = place_reward_learner(cfg, tokenizer, device, dtype)
+    if reward_learner is not None:
+        opened.append(reward_learner)
     scorer = RewardFunction.from_config(cfg.rewards, RewardContext(
         policy=policy, tokenizer=tokenizer, temperature=cfg.rollout.temperature,
-        max_new_tokens=cfg.rollout.max_new_tokens))
+        max_new_tokens=cfg.rollout.max_new_tokens, reward_learner=reward_learner))
     opened.append(scorer)
     if d.reward_workers:  # the verifiers run on Ray actors
         from rlvr.distributed.ray_groups import RayVerifierPool
@@ -132,6 +141,11 @@ def _place(cfg: Config, tokenizer: Any, device: torch.device, checkpoint: Path |
             log.warning("distributed.learner=fsdp2 shards over torchrun ranks; with one process it trains unsharded")
         learner = Learner(learner_model, cfg, reference, build_critic(cfg, policy, dtype, device), teacher=teacher)
         trainable = LocalTrainable(learner, tokenizer.pad_token_id)
+        if cfg.coevolve is not None and cfg.coevolve.mode == "spark":  # the policy also learns to judge
+            if dp.world_size() > 1:
+                raise ConfigError("coevolve.mode: spark's judge loss runs in one learner process only; run it "
+                                  "without torchrun (data-parallel spark is not done yet)")
+            trainable = SparkTrainable(trainable, cfg.coevolve, tokenizer, cfg.run.seed)
     opened.append(trainable)
     env_factory: Any = None
     if cfg.agent is not None and cfg.agent.harness is not None:  # the harness's endpoint in front of the generator
@@ -143,7 +157,29 @@ def _place(cfg: Config, tokenizer: Any, device: torch.device, checkpoint: Path |
     if env_factory is not None:
         opened.append(env_factory)
     return Roles(policy=policy, generator=generator, scorer=scorer, trainable=trainable, reference=reference,
-                 teacher=teacher, env_factory=env_factory, _opened=opened)
+                 teacher=teacher, env_factory=env_factory, reward_learner=reward_learner, _opened=opened)
+
+
+def place_reward_learner(cfg: Config, tokenizer: Any, device: torch.device,
+                         dtype: torch.dtype) -> RewardModelLearner | None:
+    """co_evolve's reward model, in this process: `coevolve.rm_path` (else `model.path`) with a scalar head whose
+    initialisation is seeded by run.seed on its own RNG stream (the run's other random draws are untouched).
+    A resumed run loads its weights and optimizer from the checkpoint afterwards."""
+    co = cfg.coevolve
+    if co is None or co.mode != "co_evolve":
+        return None
+    if dp.world_size() > 1:
+        raise ConfigError("coevolve.mode: co_evolve's reward model is placed in one process only; run it without "
+                          "torchrun (data-parallel placement of the reward model is not done yet)")
+    key = "coevolve.rm_path" if co.rm_path else "model.path"
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.run.seed)
+        model = load_reward_model(str(co.rm_path or cfg.model.path), dtype=dtype, device=device,
+                                  pad_token_id=int(tokenizer.pad_token_id),
+                                  trust_remote_code=cfg.model.trust_remote_code, key=key)
+    check_vocab(tokenizer, model)
+    return RewardModelLearner(model, int(tokenizer.pad_token_id), lr=co.rm_lr, updates=co.rm_updates,
+                              batch_size=co.rm_batch_size, seed=cfg.run.seed, grad_clip=cfg.optim.grad_clip)
 
 
 def context_length(policy: torch.nn.Module, tokenizer: Any) -> int:

@@ -4,7 +4,8 @@ role can run in this process, on a torchrun rank or on Ray actors without the co
     Generator      samples responses: the fast, hf and vllm engines, or Ray rollout workers behind them
     Scorer         rewards groups: verifiers, label-free signals, judges, reward models (`RewardFunction`)
     LogProbModel   scores given tokens under a frozen model: the KL reference (a teacher next)
-    Trainable      learns from groups: the policy learner with its critic (a reward model next)
+    Trainable      learns from groups: the policy learner with its critic
+    RewardLearner  learns from (chosen, rejected) token pairs and scores token rows: co_evolve's reward model
 """
 
 from __future__ import annotations
@@ -65,5 +66,18 @@ class Trainable(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
     def reset_reference(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class RewardLearner(Protocol):
+    def learn(self, pairs: list[tuple[list[int], list[int]]]) -> dict[str, float]: ...
+
+    def score(self, rows: list[list[int]]) -> list[float]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
     def close(self) -> None: ...

@@ -4,6 +4,7 @@
         groups  = batches.next(step)              rollout: the sampler picks prompts, the generator samples n
                                                   answers each (behaviour log-probs), the scorer rewards them
         stats   = trainable.learn(groups)         advantages (e.g. GRPO group normalization), then the update
+                  (+ reward_learner.learn(pairs)  co_evolve: the reward model, on the step's correct/incorrect pairs)
         publish(step)                             sync: the generator now samples from the new policy
         log(metrics); checkpoint when due; stop when a stop condition holds
 
@@ -26,6 +27,7 @@ from rlvr import faults
 from rlvr.config import Config
 from rlvr.errors import RoleLost
 from rlvr.eval.report import write_report
+from rlvr.learner.reward_model import mine_group_pairs
 from rlvr.models.lora import exportable
 from rlvr.parallel import data_parallel as dp
 from rlvr.runtime import (
@@ -36,6 +38,7 @@ from rlvr.runtime import (
     attach_log_file,
     console,
     prepare_run_dir,
+    step_seed,
 )
 from rlvr.tracking import RolloutWriter, build_sinks
 from rlvr.trainer.batches import batch_source
@@ -123,6 +126,8 @@ def train_step(run: Run, batches: Any, step: int, stop: StopConditions) -> tuple
     roles.generator.sleep()                                  # a colocated engine frees memory for the learner
     learn_started = time.perf_counter()
     learned = roles.trainable.learn(groups)                  # advantages, then the policy update
+    if roles.reward_learner is not None:                    # co_evolve: the reward model learns from this step
+        learned = {**learned, **refresh_reward_model(roles.reward_learner, groups, step, run.cfg)}
     train_s = time.perf_counter() - learn_started
     if run.cfg.algorithm.reference_reset_every and step % run.cfg.algorithm.reference_reset_every == 0:
         roles.trainable.reset_reference()                    # ProRL: the reference moves to the policy
@@ -141,10 +146,23 @@ def train_step(run: Run, batches: Any, step: int, stop: StopConditions) -> tuple
     return groups, metrics
 
 
+def refresh_reward_model(reward_learner: Any, groups: list[Any], step: int, cfg: Config) -> dict[str, float]:
+    """co_evolve: every `coevolve.every` steps the reward model trains on this step's fresh (correct,
+    incorrect) pairs, mined with the verifier's labels; returns its `rm/` metrics (none on other steps)."""
+    co = cfg.coevolve
+    assert co is not None
+    if step % co.every:
+        return {}
+    pairs = mine_group_pairs(groups, co.max_pairs_per_prompt, step_seed(cfg.run.seed, step))
+    return reward_learner.learn(pairs)
+
+
 def _finish(run: Run, before: dict[str, Any] | None, heartbeat: Heartbeat) -> Path:
     """The trained policy as a HF directory in final/, the held-out evaluation after training and the report."""
     if dp.is_main():
         save_hf_dir(exportable(run.policy), run.saver, run.run_dir / "final")
+        if run.roles.reward_learner is not None:  # co_evolve: the reward model, loadable by the reward_model scorer
+            save_hf_dir(run.roles.reward_learner.model, run.saver, run.run_dir / "final_rm")
     dp.barrier()
     heartbeat.doing("evaluating the trained model (eval.after)" if run.cfg.eval.after else "finishing")
     after = run.evaluate("after") if run.cfg.eval.after else None

@@ -118,6 +118,8 @@ class Run:
                  "tokens_spent": self.tokens_spent}
         if is_lora(self.policy):
             state["lora"] = lora_state(self.policy)
+        if self.roles.reward_learner is not None:  # co_evolve: the second trainable role, weights and optimizer
+            state["reward_learner"] = self.roles.reward_learner.state_dict()
         try:
             path = self._save(step, state)
         finally:
@@ -186,6 +188,11 @@ def _restore(run: Run, checkpoint: Path) -> None:
     if run.cfg.model.lora is not None:
         load_lora_state(run.policy, state["lora"])
     run.roles.trainable.load_state_dict(state["learner"])
+    if run.roles.reward_learner is not None:
+        if "reward_learner" not in state:
+            raise TrainingError(f"{checkpoint} holds no reward model (it was written without coevolve.mode="
+                                "co_evolve); resume it with the config it was written with")
+        run.roles.reward_learner.load_state_dict(state["reward_learner"])
     run.sampler.load_state_dict(state["sampler"])
     set_rng_state(state["rng"])
     run.start_step, run.faults = int(state["step"]), int(state.get("faults", 0))

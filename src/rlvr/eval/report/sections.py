@@ -74,6 +74,12 @@ def _curves_section(metrics: list[dict[str, Any]]) -> str:
     if len(components) > 1:
         plots.append(svg_line_plot("Reward components", [(k[7:], _metric_series(metrics, k)) for k in components],
                                    plot_id="reward_components"))
+    # a reward model learning beside the policy (coevolve): its accuracy on each refresh's fresh examples
+    judged = [k for k in ("rm/accuracy", "rm/accuracy_correct", "rm/accuracy_incorrect") if k in keys]
+    if judged:
+        plots.append(svg_line_plot("Co-evolving reward model: accuracy on fresh rollouts",
+                                   [(k[3:], _metric_series(metrics, k)) for k in judged], plot_id="rm_accuracy",
+                                   percent=True))
     telemetry = sorted(k for k in keys if k.startswith("reward/") and k.rsplit("/", 1)[-1] in HACK_TELEMETRY)
     if telemetry:
         plots.append(svg_line_plot("Reward hacking: blocked / anomalous samples",

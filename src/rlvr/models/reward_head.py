@@ -1,0 +1,41 @@
+"""A scalar reward head on a causal LM: the model `rlvr rm` trains and a co-evolving run refreshes.
+
+`AutoModelForSequenceClassification` with one label, built from a causal-LM checkpoint (the backbone keeps its
+weights, the head starts at random). It reads the reward where the model pools: the last non-padding token.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from rlvr.models.loading import ModelError, quiet_transformers, resolve_model_path
+
+
+def load_reward_model(path: str, *, dtype: torch.dtype, device: torch.device, pad_token_id: int,
+                      trust_remote_code: bool = False, key: str = "model.path") -> Any:
+    """A one-label `AutoModelForSequenceClassification` from a causal-LM (or reward-model) checkpoint."""
+    from transformers import AutoModelForSequenceClassification
+
+    quiet_transformers()
+    p = resolve_model_path(path, key=key)
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(str(p), num_labels=1, dtype=dtype,
+                                                                   trust_remote_code=trust_remote_code)
+    except Exception as err:
+        raise ModelError(f"{key}: could not build a sequence-classification model from '{p}' (transformers "
+                         f"needs a *ForSequenceClassification class for its architecture): {err}") from None
+    model.config.pad_token_id = pad_token_id  # where the head pools: the last token that is not padding
+    return model.to(device).train()
+
+
+def sequence_rewards(model: Any, rows: list[list[int]], pad_id: int, device: torch.device) -> torch.Tensor:
+    """One scalar reward per token row: the head's logit at the row's last token (rows padded right)."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attention = torch.zeros_like(ids)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.tensor(r)
+        attention[i, : len(r)] = 1
+    return model(input_ids=ids.to(device), attention_mask=attention.to(device)).logits[:, 0].float()
