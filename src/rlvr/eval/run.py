@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -61,21 +62,18 @@ def run_eval(cfg: Config, model_path: str, out: Path | None, *, key: str = "MODE
     if cfg.search is not None:  # the searched answer's pass@1 and the tokens spent (docs/search.md)
         from rlvr.eval.search import evaluate_search, print_search_result
 
-        with ProgressReporter("eval", len(records), cfg.logging.progress) as progress:
-            result = evaluate_search(engine, renderer, task, records, params, cfg.search.settings(), tokenizer,
-                                     on_progress=lambda done, total: progress.update(done))
-        result.update(model=str(model_path), task=cfg.task.model_dump(mode="json"))
-        if out is not None:
-            write_results(result, out)
-        print_search_result(result)
-        return result
+        run_eval = functools.partial(evaluate_search, engine, renderer, task, records, params,
+                                     cfg.search.settings(), tokenizer)
+        show = print_search_result
+    else:
+        run_eval = functools.partial(evaluate, engine, renderer, task, records, params, cfg.eval.ks)
+        show = print_result
     with ProgressReporter("eval", len(records), cfg.logging.progress) as progress:
-        result = evaluate(engine, renderer, task, records, params, cfg.eval.ks,
-                          on_progress=lambda done, total: progress.update(done))
+        result = run_eval(on_progress=lambda done, total: progress.update(done))
     result.update(model=str(model_path), task=cfg.task.model_dump(mode="json"))
     if out is not None:
         write_results(result, out)
-    print_result(result)
+    show(result)
     return result
 
 
