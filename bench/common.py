@@ -67,6 +67,30 @@ def prompt_text(record: Any) -> str:
     return f"{record.question}="
 
 
+def share_rewards(prompts: list[str], completions: list[str], share: float) -> list[float]:
+    """A reward for measuring speed at a set share of all-equal groups (the same function on both sides of a
+    comparison). The distinct prompts of the call are ranked by a hash of their text; the first
+    round(share * count) of them get reward 0 on every completion (an all-equal group: advantage 0); every
+    other completion gets a pseudo-random 0 or 1 from a hash of prompt and completion (all-equal only by
+    chance, 2 in 2^n for n samples). The rewards carry no learning signal: this measures work, not learning."""
+    import hashlib
+
+    def digest(text: str) -> bytes:
+        return hashlib.sha256(text.encode("utf-8", "replace")).digest()
+
+    distinct = sorted(dict.fromkeys(prompts), key=digest)
+    equal = set(distinct[: round(share * len(distinct))])
+    return [0.0 if p in equal else float(digest(p + "\x00" + c)[0] & 1) for p, c in zip(prompts, completions)]
+
+
+def all_equal_share(prompts: list[str], rewards: list[float]) -> float:
+    """The share of prompts (groups) whose rewards are all the same in this call."""
+    by_prompt: dict[str, set[float]] = {}
+    for p, r in zip(prompts, rewards):
+        by_prompt.setdefault(p, set()).add(r)
+    return sum(len(v) == 1 for v in by_prompt.values()) / max(len(by_prompt), 1)
+
+
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 

@@ -16,12 +16,14 @@ from common import (
     ROOT,
     Timer,
     addition_records,
+    all_equal_share,
     emit,
     environ_summary,
     model_dir,
     num_params,
     peak_rss_mb,
     prompt_text,
+    share_rewards,
 )
 
 # -- machine peak ---------------------------------------------------------------------------------------------
@@ -77,19 +79,44 @@ def rlvr_train(args: dict[str, Any]) -> None:
     loop.save_hf_dir = lambda *a, **k: None
     loop.write_report = lambda *a, **k: None
     steps, P, n, M = args["steps"] + 1, args["prompts"], args["n"], args["max_new_tokens"]
+    extra = [f"train.micro_batch_size={args.get('micro_batch_size', P * n)}"]
+    if args.get("equal_share") is not None:  # the share-controlled reward (common.share_rewards) instead
+        _register_share_reward()
+        extra.append(f"rewards=[{{name: bench_share, share: {args['equal_share']}}}]")
     with tempfile.TemporaryDirectory(prefix="rlvr-bench-") as tmp:
         cfg = load_config(ROOT / "recipes" / "grpo.yaml", [
             f"model.path={model_dir(args['model'])}", f"rollout.engine={args['engine']}", f"train.steps={steps}",
             f"train.prompts_per_step={P}", f"rollout.n={n}", f"rollout.max_new_tokens={M}",
             f"optim.lr={args['lr']}", "optim.warmup_steps=0", "train.mini_batches=1",
-            f"train.micro_batch_size={P * n}", "eval.before=false", "eval.after=false", "logging.progress=false",
+            "eval.before=false", "eval.after=false", "logging.progress=false",
             "logging.rollouts_every=0", "checkpoint.every=0", f"run.dir={tmp}/run", "logging.console_every=1000",
+            *extra,
         ])
         start = time.perf_counter()
         loop.train(cfg)
         wall = time.perf_counter() - start
         metrics = read_metrics(Path(tmp) / "run")
     emit(_summarise_steps(metrics[1:], wall=wall, framework="rlvr", engine=args["engine"]))
+
+
+def _register_share_reward() -> None:
+    """Register `bench_share`: `common.share_rewards` over the step's groups, as rlvr's reward component."""
+    from rlvr.rewards import REWARDS
+    from rlvr.rewards.base import RewardOutput
+
+    @REWARDS.register("bench_share")
+    class ShareReward:
+        def __init__(self, *, share: float = 0.0):
+            self.share = share
+
+        def score_batch(self, groups: list[Any], task: Any) -> list[list[Any]]:
+            prompts = [g.prompt_text or g.record.question for g in groups for _ in g.samples]
+            texts = [s.text for g in groups for s in g.samples]
+            flat = iter(share_rewards(prompts, texts, self.share))
+            return [[RewardOutput(next(flat)) for _ in g.samples] for g in groups]
+
+        def __call__(self, group: Any, task: Any) -> list[Any]:
+            return self.score_batch([group], task)[0]
 
 
 def _summarise_steps(steps: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
@@ -105,6 +132,8 @@ def _summarise_steps(steps: list[dict[str, Any]], **extra: Any) -> dict[str, Any
         "response_tokens_per_step": statistics.mean(m["response_tokens"] for m in steps),
         "train_tokens_per_step": statistics.mean(m["train_tokens"] for m in steps),
     }
+    if all("zero_std_frac" in m for m in steps):  # the share of all-equal groups the steps actually had
+        out["all_equal_share"] = statistics.mean(m["zero_std_frac"] for m in steps)
     out.update(extra)
     return out
 
@@ -177,8 +206,15 @@ def trl_train(args: dict[str, Any]) -> None:
     by_prompt = {prompt_text(r): r for r in records}
     data = Dataset.from_list([{"prompt": prompt_text(r)} for r in records])
 
+    shares: list[float] = []
+
     def addition_reward(prompts: list[str], completions: list[str], **_: Any) -> list[float]:
-        return [task.verify(c, by_prompt[p]).reward for p, c in zip(prompts, completions)]
+        if args.get("equal_share") is not None:  # the share-controlled reward rlvr's side uses too
+            rewards = share_rewards(prompts, completions, args["equal_share"])
+        else:
+            rewards = [task.verify(c, by_prompt[p]).reward for p, c in zip(prompts, completions)]
+        shares.append(all_equal_share(prompts, rewards))
+        return rewards
 
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
     tmp = tempfile.mkdtemp(prefix="trl-bench-")
@@ -218,9 +254,9 @@ def trl_train(args: dict[str, Any]) -> None:
     trainer.train()
     wall = time.perf_counter() - start
     steps_out = [{"step_s": s, "rollout_s": r, "train_s": s - r, "response_tokens": c,
-                  "train_tokens": c + p}
-                 for s, r, c, p in zip(step_s, record["rollout_s"], record["response_tokens"],
-                                       record["prompt_tokens"])]
+                  "train_tokens": c + p, "zero_std_frac": z}
+                 for s, r, c, p, z in zip(step_s, record["rollout_s"], record["response_tokens"],
+                                          record["prompt_tokens"], shares)]
     emit(_summarise_steps(steps_out[1:], wall=wall, framework="trl", engine="transformers generate"))
 
 
