@@ -101,20 +101,19 @@ def mcts(
             else:  # nothing new here: descend as usual
                 while node.children:
                     node = select_child(node, rule, c)
-        if widened:
-            pass  # evaluate the new child
-        elif not node.expanded:  # a fresh leaf
-            if tree.exhausted():
+        if not widened:  # (a widened node's new child is evaluated as it is)
+            if not node.expanded:  # a fresh leaf
+                if tree.exhausted():
+                    break
+                proposals = expand(node)
+                node.expansions += 1
+                kids = tree.add_children(node, proposals)
+                if proposals and not kids:
+                    break  # the budget cannot hold even one proposed child
+                if kids:
+                    node, idle = select_child(node, rule, c), 0
+            elif node.terminal and _fully_explored(tree.root, widen):
                 break
-            proposals = expand(node)
-            node.expansions += 1
-            kids = tree.add_children(node, proposals)
-            if proposals and not kids:
-                break  # the budget cannot hold even one proposed child
-            if kids:
-                node, idle = select_child(node, rule, c), 0
-        elif node.terminal and _fully_explored(tree.root, widen):
-            break
         v = value(node)
         backup(node, v)
         if idle >= max_idle or (stop_value is not None and node.terminal and v >= stop_value):
