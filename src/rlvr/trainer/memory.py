@@ -29,6 +29,9 @@ class MemoryTerm:
     knob: str
 
 
+LOGITS_CHUNK = 4096  # models/logprobs.py's default chunk_size
+
+
 def _param_count(model_dir: Path) -> int:
     cfg = json.loads((model_dir / "config.json").read_text())
     files = list(model_dir.glob("*.safetensors")) or list(model_dir.glob("*.bin"))
@@ -78,7 +81,11 @@ def estimate_memory(cfg: Any, device: torch.device, dtype: torch.dtype) -> list[
     layer_factor = 2 if cfg.model.gradient_checkpointing else layers
     terms.append(MemoryTerm("training activations", 34.0 * width / 2 * mb_tokens * hidden * layer_factor,
                             "train.micro_batch_size or model.gradient_checkpointing=true"))
-    terms.append(MemoryTerm("logits chunk", 3.0 * 4096 * vocab * 4, "(fixed)"))
+    # the LM head runs on at most 4,096 response positions at a time (models/logprobs.py), and a micro-batch
+    # has no more response positions than its rows x max_new_tokens
+    chunk = min(LOGITS_CHUNK, min(cfg.train.micro_batch_size, rows) * cfg.rollout.max_new_tokens)
+    terms.append(MemoryTerm("logits chunk", 3.0 * chunk * vocab * 4,
+                            "train.micro_batch_size (the chunk is at most 4,096 response tokens)"))
     if alg.kl_coef > 0 or alg.reference_reset_every:
         terms.append(MemoryTerm("reference model", params * width, "algorithm.kl_coef=0 (no reference)"))
     if alg.critic is not None and alg.critic.kind == "separate":
