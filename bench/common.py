@@ -23,12 +23,18 @@ QWEN05B_ARCH = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=2
 QWEN25M_ARCH = dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=8, num_attention_heads=8,
                     num_key_value_heads=2, vocab_size=2048, tie_word_embeddings=True,
                     max_position_embeddings=2048, rope_theta=1000000.0, rms_norm_eps=1e-6)
-RANDOM_MODELS = {"qwen0.5b": ("qwen0.5b-arch-random", QWEN05B_ARCH), "qwen25m": ("qwen25m-random", QWEN25M_ARCH)}
+# The built-in model's architecture (0.8M), randomly initialised: it seldom samples EOS, so its rows run to
+# max_new_tokens like the two above, which the scaling table needs (the trained model stops at ~34 tokens).
+TINY_ARCH = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=257, tie_word_embeddings=True,
+                 max_position_embeddings=512, rope_theta=10000.0, rms_norm_eps=1e-6)
+RANDOM_MODELS = {"qwen0.5b": ("qwen0.5b-arch-random", QWEN05B_ARCH), "qwen25m": ("qwen25m-random", QWEN25M_ARCH),
+                 "tiny": ("tiny-random", TINY_ARCH)}
 
 
 def model_dir(name: str) -> Path:
-    """A local HF directory for `name`: 'builtin' (the shipped model), or 'qwen0.5b' / 'qwen25m' (random
-    weights, built once into runs/bench-cache/)."""
+    """A local HF directory for `name`: 'builtin' (the shipped model), or 'qwen0.5b' / 'qwen25m' / 'tiny'
+    (random weights, built once into runs/bench-cache/)."""
     if name == "builtin":
         from rlvr.models.loading import BUILTIN_DIR
 

@@ -63,6 +63,98 @@ def _timeit(fn: Any) -> float:
     return time.perf_counter() - t
 
 
+def _linear_shapes(cfg: Any) -> list[tuple[int, int]]:
+    """(in, out) of every matmul weight of a Qwen2-style decoder, in forward order, the (tied) LM head last."""
+    h, i = cfg.hidden_size, cfg.intermediate_size
+    hd = getattr(cfg, "head_dim", None) or h // cfg.num_attention_heads
+    q, kv = cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd
+    return [(h, q), (h, kv), (h, kv), (q, h), (h, i), (h, i), (i, h)] * cfg.num_hidden_layers + [(h, cfg.vocab_size)]
+
+
+def floors(args: dict[str, Any]) -> None:
+    """The matmul floor of one rlvr GRPO step, measured in this process on the step's own shapes:
+
+    - learner: per micro-batch of `micro_rows` rows x (prompt_len + max_new_tokens) tokens, every linear
+      layer's forward (X W^T) and its two backward products (dY W, dY^T X), on distinct weights (so they stream
+      from memory as in the model), the LM head's only on the response positions (as the learner runs it),
+      plus attention's two forward and four backward batched products per layer;
+    - decode: `max_new_tokens` steps of every layer's [rows, in] x W^T on distinct weights (a decode step reads
+      all weights) plus attention over a cache of the mid-step length, and one prefill of `prefill_rows` x
+      `prompt_len` tokens (the fast engine's shared prefill: one per prompt);
+    - optimizer: AdamW's 28 bytes per parameter (read p, g, m, v; write p, m, v) at the measured copy bandwidth.
+
+    Each figure is the fastest of `reps` timed repetitions. Not in the floor: element-wise work (norms,
+    activations, softmax, sampling), the loss, Python and autograd overhead."""
+    import torch
+    import torch.nn.functional as F
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.from_pretrained(model_dir(args["model"]))
+    shapes = _linear_shapes(cfg)
+    reps = args.get("reps", 3)
+    torch.manual_seed(0)
+    weights = [torch.randn(o, i) * 0.02 for i, o in shapes]
+    hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    heads, layers = cfg.num_attention_heads, cfg.num_hidden_layers
+
+    def best(fn: Any) -> float:
+        fn()
+        return min(_timeit(fn) for _ in range(reps))
+
+    def linear_pass(tokens: int, head_tokens: int, backward: bool) -> float:
+        """Every layer's matmuls on `tokens` rows, the LM head's on `head_tokens` (the positions it runs on)."""
+        xs = {(t, i): torch.randn(t, i) for t in (tokens, head_tokens) for i, _ in shapes}
+        ys = {(t, o): torch.randn(t, o) for t in (tokens, head_tokens) for _, o in shapes}
+
+        def run() -> None:
+            for k, w in enumerate(weights):
+                o, i = w.shape
+                t = head_tokens if k == len(weights) - 1 else tokens
+                if t == 0:
+                    continue
+                F.linear(xs[t, i], w)
+                if backward:
+                    torch.mm(ys[t, o], w)
+                    torch.mm(ys[t, o].t(), xs[t, i])
+        return best(run)
+
+    def attention(rows: int, q_len: int, kv_len: int, backward: bool) -> float:
+        b = rows * heads
+        q, k, v = torch.randn(b, q_len, hd), torch.randn(b, kv_len, hd), torch.randn(b, kv_len, hd)
+        p, do = torch.randn(b, q_len, kv_len), torch.randn(b, q_len, hd)
+
+        def run() -> None:
+            torch.bmm(q, k.transpose(1, 2))
+            torch.bmm(p, v)
+            if backward:
+                ds = torch.bmm(do, v.transpose(1, 2))  # dP
+                torch.bmm(p.transpose(1, 2), do)  # dV
+                torch.bmm(ds, k)  # dQ
+                torch.bmm(ds.transpose(1, 2), q)  # dK
+        return best(run) * layers
+
+    rows, mrows = args["rows"], args["micro_rows"]
+    prompt_len, new = args["prompt_len"], args["max_new_tokens"]
+    seq = prompt_len + new
+    micro_batches = -(-rows // mrows)
+    # the learner runs the LM head only where it predicts a response token (models/logprobs.py)
+    learner_mb = linear_pass(mrows * seq, mrows * new, True) + attention(mrows, seq, seq, True)
+    decode_step = linear_pass(rows, rows, False) + attention(rows, 1, prompt_len + new // 2, False)
+    p_rows = args["prefill_rows"]  # the prefill's logits: only the last position's, per prompt
+    prefill = linear_pass(p_rows * prompt_len, p_rows, False) + attention(p_rows, prompt_len, prompt_len, False)
+    x = torch.ones(32 * 2**20)  # 128 MiB
+    y = torch.empty_like(x)
+    y.copy_(x)
+    copy_gbps = 2 * x.nbytes / min(_timeit(lambda: y.copy_(x)) for _ in range(3)) / 1e9
+    # matmul weights (the LM head counted once when tied to the embedding; an untied embedding on top)
+    params = sum(i * o for i, o in shapes) + (0 if cfg.tie_word_embeddings else cfg.vocab_size * cfg.hidden_size)
+    emit({"learner_matmul_floor_s": micro_batches * learner_mb, "micro_batches": micro_batches,
+          "decode_matmul_floor_s": prefill + (new - 1) * decode_step,  # the last token needs no forward
+          "prefill_floor_s": prefill,
+          "decode_step_floor_s": decode_step, "copy_gbps": copy_gbps, "matmul_params": params,
+          "optimizer_floor_s": 28 * params / (copy_gbps * 1e9), "env": environ_summary()})
+
+
 # -- end-to-end training: rlvr ---------------------------------------------------------------------------------
 
 
@@ -79,7 +171,7 @@ def rlvr_train(args: dict[str, Any]) -> None:
     loop.save_hf_dir = lambda *a, **k: None
     loop.write_report = lambda *a, **k: None
     steps, P, n, M = args["steps"] + 1, args["prompts"], args["n"], args["max_new_tokens"]
-    extra = [f"train.micro_batch_size={args.get('micro_batch_size', P * n)}"]
+    extra = [f"train.micro_batch_size={args.get('micro_batch_size', P * n)}", *args.get("overrides", [])]
     if args.get("equal_share") is not None:  # the share-controlled reward (common.share_rewards) instead
         _register_share_reward()
         extra.append(f"rewards=[{{name: bench_share, share: {args['equal_share']}}}]")
@@ -589,7 +681,7 @@ def _full_logits_forward_tokens(model: Any, input_ids: Any, attention_mask: Any,
     return TokenOutputs(out, entropy, None)
 
 
-WORKERS = {"peak": peak, "rlvr_train": rlvr_train, "trl_train": trl_train, "generation": generation,
+WORKERS = {"peak": peak, "floors": floors, "rlvr_train": rlvr_train, "trl_train": trl_train, "generation": generation,
            "learner": learner, "rlvr_async": rlvr_async, "engine_server": engine_server}
 
 
