@@ -49,6 +49,13 @@ class TrainConfig(Strict):
         1024, ge=1, description="Response tokens per chunk when a loss compares full next-token distributions "
         "(GKD: student and teacher logits, chunk x vocabulary floats each, at a time)."
     )
+    compile: bool = Field(
+        False, description="Run the policy's decoder (forward and backward) through torch.compile with dynamic "
+        "shapes; if compiling fails at start, the learner runs eagerly with one warning. Costs a compile at start "
+        "(tens of seconds on CPU); see docs/performance.md for when it pays."
+    )
+    compile_backend: str = Field("inductor", description="torch.compile backend for train.compile (inductor, "
+                                 "zentorch with rlvr[zen], ...).")
     skip_zero_advantage: bool = Field(
         True, description="Leave out of the forward and backward the rows whose advantages are all zero (groups "
         "with all-equal rewards, dropped groups) when nothing else in the loss needs them: the policy loss "

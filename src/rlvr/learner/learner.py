@@ -47,6 +47,7 @@ from rlvr.algorithms import (
 from rlvr.algorithms.distill import scheduled_loss
 from rlvr.algorithms.inputs import broadcast_to_tokens, call_on_rows, call_with_inputs, tensor_inputs
 from rlvr.config import Config
+from rlvr.learner.compiled import compile_decoder
 from rlvr.learner.critic import Critic, value_loss
 from rlvr.learner.logprob_model import as_logprob_model
 from rlvr.learner.optim import build_optimizer, build_scheduler
@@ -101,6 +102,8 @@ class Learner:
             raise ValueError(f"loss '{alg.loss.name}' compares full next-token distributions, so the teacher must "
                              "live in the learner's process; set distributed.reference_worker=false")
         self.total_optimizer_steps = cfg.train.steps * cfg.train.ppo_epochs * cfg.train.mini_batches
+        # train.compile: not with FSDP2's sharded parameters (their collectives run inside the forward)
+        self.compiled = cfg.train.compile and not self.sharded and compile_decoder(model, cfg.train.compile_backend)
         head_group = []
         if critic is not None and not critic.separate:
             head_group = [{"params": list(critic.head.parameters()), "lr": critic.cfg.lr}]
