@@ -73,13 +73,19 @@ def prompt_text(record: Any) -> str:
     return f"{record.question}="
 
 
-def share_rewards(prompts: list[str], completions: list[str], share: float) -> list[float]:
+def share_rewards(prompts: list[str], completions: list[str], share: float,
+                  completion_ids: list[list[int]] | None = None) -> list[float]:
     """A reward for measuring speed at a set share of all-equal groups (the same function on both sides of a
     comparison). The distinct prompts of the call are ranked by a hash of their text; the first
     round(share * count) of them get reward 0 on every completion (an all-equal group: advantage 0); every
     other completion gets a pseudo-random 0 or 1 from a hash of prompt and completion (all-equal only by
-    chance, 2 in 2^n for n samples). The rewards carry no learning signal: this measures work, not learning."""
+    chance, 2 in 2^n for n samples). The rewards carry no learning signal: this measures work, not learning.
+    `completion_ids`, when given, join the hash: a random model with a vocabulary larger than its tokenizer's
+    (the 0.5B architecture with the byte tokenizer) samples ids that decode to the same text."""
     import hashlib
+
+    if completion_ids is not None:
+        completions = [f"{c}\x00{list(ids)}" for c, ids in zip(completions, completion_ids)]
 
     def digest(text: str) -> bytes:
         return hashlib.sha256(text.encode("utf-8", "replace")).digest()
