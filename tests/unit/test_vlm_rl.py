@@ -176,7 +176,6 @@ def test_placeholder_mismatch_is_an_error(vl):
 @pytest.mark.parametrize("override, match", [
     ("model.path=builtin", r"model.path: 'builtin' is a text-only model .*model.path=builtin-vl"),
     ("rollout.engine=vllm", r"rollout.engine: the vllm engine does not take images yet.*rollout.engine=hf"),
-    ("distributed.backend=ray", r"Ray workers do not carry them"),
     ("model.lora={r: 4}", r"model.lora: not supported with an image task"),
     ("sampling.name=cure", r"sampling.name: the cure sampler .* without the images"),
 ])
@@ -185,6 +184,19 @@ def test_bad_vision_configs_fail_before_the_run(override, match):
     cfg = load_config(None, [*base, override])
     with pytest.raises(ConfigError, match=match):
         preflight(cfg, multi_rank=False)
+
+
+@pytest.mark.parametrize("overrides", [
+    ["distributed.backend=ray", "distributed.rollout_workers=2"],
+    ["distributed.backend=ray", "distributed.learner_workers=2", "distributed.mode=async",
+     "distributed.reward_workers=1"],
+    ["distributed.backend=ray", "distributed.reference_worker=true", "algorithm.kl_coef=0.01"],
+])
+def test_ray_workers_take_image_tasks(overrides):
+    """Ray workers carry images now (tests/e2e/test_vl_ray.py): the preflight lets these configs through."""
+    cfg = load_config(None, ["task.name=vl_count", "model.path=builtin-vl", "rollout.engine=hf",
+                             "task.eval_size=2", *overrides])
+    preflight(cfg, multi_rank=False)
 
 
 def test_text_model_renderer_refuses_an_image_task(task):

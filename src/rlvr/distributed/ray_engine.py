@@ -77,14 +77,15 @@ class RolloutWorker:
     def __init__(self, model_path: str, tokenizer_path: str, engine: str, batch_size: int, dtype: str,
                  device: str, trust_remote_code: bool, threads: int | None = None,
                  engine_options: dict[str, Any] | None = None):
-        from rlvr.models import load_causal_lm, load_tokenizer, resolve_device, resolve_dtype
+        from rlvr.models import load_tokenizer, resolve_device, resolve_dtype
+        from rlvr.models.vision import load_lm_or_vlm
         from rlvr.rollout import build_engine
 
         if threads:
             torch.set_num_threads(threads)
         dev = resolve_device(device)
         self.tokenizer = load_tokenizer(tokenizer_path, trust_remote_code=trust_remote_code)
-        self.model = load_causal_lm(model_path, dtype=resolve_dtype(dtype, dev), device=dev,
+        self.model = load_lm_or_vlm(model_path, dtype=resolve_dtype(dtype, dev), device=dev,
                                     trust_remote_code=trust_remote_code, trainable=False)
         self.engine = build_engine(engine, engine_options or {}, batch_size, self.model, self.tokenizer)
         self.version = 0
@@ -113,10 +114,19 @@ class RolloutWorker:
 
         return self.set_weights(receive(self.weight_group[1], layout, self.weight_device), version)
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams, seed: int) -> tuple[list[list[Sample]], float]:
+    def generate(self, prompts: list[list[int]], params: SamplingParams, seed: int,
+                 mm_inputs: list[dict[str, Any]] | None = None) -> tuple[list[list[Sample]], float]:
+        """Samples for `prompts`; vision-language prompts come with their processor outputs (`mm_inputs`), and
+        their samples go back without them (the controller still holds them)."""
         started = time.perf_counter()
         torch.manual_seed(seed)
-        out = self.engine.generate(prompts, params)
+        if mm_inputs is not None:
+            out = self.engine.generate_multimodal(prompts, mm_inputs, params)
+            for group in out:
+                for sample in group:
+                    sample.mm_inputs = None
+        else:
+            out = self.engine.generate(prompts, params)
         seconds = time.perf_counter() - started
         self.busy_s += seconds
         return out, seconds
@@ -134,6 +144,7 @@ class PendingRollout:
 
     chunks: list[tuple[int, int, int, Any]]  # (worker index, start, end, object ref)
     prompts: list[list[int]]
+    mm_inputs: list[dict[str, Any]] | None  # vision-language prompts' processor outputs, else None
     params: SamplingParams
     seed: int
     version: int
@@ -141,9 +152,16 @@ class PendingRollout:
 
 
 class RayEngine(RolloutEngine):
-    """`distributed.rollout_workers` rollout actors, colocated on one machine or spread over a cluster."""
+    """`distributed.rollout_workers` rollout actors, colocated on one machine or spread over a cluster.
+
+    Image prompts (`generate_multimodal`, or `submit(..., mm_inputs=...)`) travel with their processor outputs
+    (pixel values) to the worker that samples them; it runs the same engine, so the vision tower still runs once
+    per prompt. Each chunk is pickled once, so the samples of one prompt keep sharing one `mm_inputs` dict."""
 
     def __init__(self, cfg: Any, model_path: str):
+        from rlvr.rollout import ENGINES
+
+        self.multimodal = bool(getattr(ENGINES.get(cfg.rollout.engine), "multimodal", False))
         self.ray = connect_ray(cfg)
         self.cfg = cfg
         dist = cfg.distributed
@@ -227,9 +245,17 @@ class RayEngine(RolloutEngine):
 
     # -- generation ----------------------------------------------------------------------------------------
 
-    def submit(self, prompts: Sequence[Sequence[int]], params: SamplingParams, seed: int | None = None
-               ) -> PendingRollout:
-        """Start generating; returns at once. Prompts are split into one contiguous chunk per worker."""
+    def submit(self, prompts: Sequence[Sequence[int]], params: SamplingParams, seed: int | None = None,
+               mm_inputs: Sequence[dict[str, Any]] | None = None) -> PendingRollout:
+        """Start generating; returns at once. Prompts (and their `mm_inputs`, for image prompts) are split into
+        one contiguous chunk per worker."""
+        if mm_inputs is not None:
+            if not self.multimodal:
+                raise NotImplementedError(f"the {self.cfg.rollout.engine} engine of the rollout workers does not "
+                                          "take images; use rollout.engine=hf for vision-language tasks")
+            if len(mm_inputs) != len(prompts):
+                raise ValueError(f"{len(prompts)} prompts but {len(mm_inputs)} mm_inputs")
+            mm_inputs = list(mm_inputs)
         self._submits += 1
         if seed is None:
             seed = int(torch.randint(0, 2**31 - 1, (1,)).item())
@@ -241,9 +267,9 @@ class RayEngine(RolloutEngine):
         for i, (start, end) in enumerate(bounds):
             if start == end:
                 continue
-            ref = self.workers[i].generate.remote(prompts[start:end], params, seed + i)
+            ref = self.workers[i].generate.remote(prompts[start:end], params, seed + i, _part(mm_inputs, start, end))
             chunks.append((i, start, end, ref))
-        return PendingRollout(chunks, prompts, params, seed, self.policy_version, time.perf_counter())
+        return PendingRollout(chunks, prompts, mm_inputs, params, seed, self.policy_version, time.perf_counter())
 
     def result(self, pending: PendingRollout) -> list[list[Sample]]:
         out: list[list[Sample]] = [[] for _ in pending.prompts]
@@ -267,11 +293,16 @@ class RayEngine(RolloutEngine):
         if self._weights is not None:
             self.ray.get(self.workers[i].set_weights.remote(self._weights, self.policy_version))
         samples, _ = self.ray.get(self.workers[i].generate.remote(pending.prompts[start:end], pending.params,
-                                                                  pending.seed + i))
+                                                                  pending.seed + i,
+                                                                  _part(pending.mm_inputs, start, end)))
         return samples
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Sample]]:
         return self.result(self.submit(prompts, params))
+
+    def generate_multimodal(self, prompts: Sequence[Sequence[int]], mm_inputs: Sequence[dict[str, Any]],
+                            params: SamplingParams) -> list[list[Sample]]:
+        return self.result(self.submit(prompts, params, mm_inputs=mm_inputs))
 
     def busy_seconds(self) -> float:
         """Seconds the workers have spent generating, summed over workers (for idle-time metrics)."""
@@ -293,6 +324,10 @@ def _dead(ray: Any, actor: Any) -> bool:
         return False
     except Exception:
         return True
+
+
+def _part(items: list[Any] | None, start: int, end: int) -> list[Any] | None:
+    return None if items is None else items[start:end]
 
 
 def _split(n: int, parts: int) -> list[tuple[int, int]]:

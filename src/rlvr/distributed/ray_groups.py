@@ -134,12 +134,13 @@ class ReferenceWorker:
     def __init__(self, path: str, dtype: str, device: str, trust_remote_code: bool, threads: int | None,
                  micro_batch_size: int, pack_tokens: bool):
         from rlvr.learner.logprob_model import LocalLogProbModel
-        from rlvr.models import load_causal_lm, resolve_device, resolve_dtype
+        from rlvr.models import resolve_device, resolve_dtype
+        from rlvr.models.vision import load_lm_or_vlm
 
         if threads:
             torch.set_num_threads(threads)
         dev = resolve_device(device)
-        model = load_causal_lm(path, dtype=resolve_dtype(dtype, dev), device=dev,
+        model = load_lm_or_vlm(path, dtype=resolve_dtype(dtype, dev), device=dev,
                                trust_remote_code=trust_remote_code, trainable=False)
         self.model = LocalLogProbModel(model, micro_batch_size, pack_tokens)
 

@@ -66,6 +66,7 @@ class LearnerWorker:
 
         from rlvr.learner import Learner, build_critic, needs_reference, needs_teacher
         from rlvr.models import load_causal_lm, resolve_device, resolve_dtype
+        from rlvr.models.vision import load_lm_or_vlm
         from rlvr.runtime import seed_everything
 
         cfg = self.cfg
@@ -77,12 +78,15 @@ class LearnerWorker:
                                 rank=self.rank, world_size=self.world_size)
         seed_everything(cfg.run.seed)
         dtype = resolve_dtype(cfg.model.dtype, device)
-        policy = load_causal_lm(self.model_path, dtype=dtype, device=device,
+        # a vision-language checkpoint (its vision tower and projector frozen as `model.freeze_*` say) or an LM
+        policy = load_lm_or_vlm(self.model_path, dtype=dtype, device=device,
                                 trust_remote_code=cfg.model.trust_remote_code,
-                                gradient_checkpointing=cfg.model.gradient_checkpointing)
+                                gradient_checkpointing=cfg.model.gradient_checkpointing,
+                                freeze_vision_tower=cfg.model.freeze_vision_tower,
+                                freeze_projector=cfg.model.freeze_projector)
         reference = None
         if needs_reference(cfg):
-            reference = load_causal_lm(cfg.model.reference_path or cfg.model.path, dtype=dtype, device=device,
+            reference = load_lm_or_vlm(cfg.model.reference_path or cfg.model.path, dtype=dtype, device=device,
                                        trust_remote_code=cfg.model.trust_remote_code, trainable=False)
         teacher = None
         if needs_teacher(cfg):

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from rlvr.models.loading import ModelError, quiet_transformers, resolve_model_path
+from rlvr.models.loading import ModelError, load_causal_lm, quiet_transformers, resolve_model_path
 
 
 def load_processor(path: str | Path, *, trust_remote_code: bool = False, key: str = "model.path") -> Any:
@@ -70,6 +70,19 @@ def is_vision_checkpoint(path: str | Path, *, trust_remote_code: bool = False, k
     except (OSError, ValueError):
         return False
     return isinstance(config, dict) and config.get("vision_config") is not None
+
+
+def load_lm_or_vlm(path: str | Path, *, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
+                   trust_remote_code: bool = False, trainable: bool = True, gradient_checkpointing: bool = False,
+                   freeze_vision_tower: bool = True, freeze_projector: bool = False, key: str = "model.path") -> Any:
+    """The model at `path` as a worker process needs it (Ray rollout, reference and learner actors): a
+    vision-language checkpoint through `load_vlm_for_training`, anything else through `load_causal_lm`."""
+    if is_vision_checkpoint(path, trust_remote_code=trust_remote_code, key=key):
+        return load_vlm_for_training(path, dtype=dtype, device=device, trust_remote_code=trust_remote_code,
+                                     trainable=trainable, freeze_vision_tower=freeze_vision_tower,
+                                     freeze_projector=freeze_projector, key=key)
+    return load_causal_lm(path, dtype=dtype, device=device, trust_remote_code=trust_remote_code,
+                          trainable=trainable, gradient_checkpointing=gradient_checkpointing, key=key)
 
 
 def check_trainable_vlm(model: Any, key: str = "model.path") -> None:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal, overload
 
 from rlvr.registry import Registry
+from rlvr.tasks.images import IMAGE_TOKEN, count_images
 from rlvr.types import TaskRecord, VerifyResult  # noqa: F401  (VerifyResult: re-exported for tasks)
 
 TASKS: Registry = Registry("task")
@@ -95,6 +96,21 @@ class Task(abc.ABC):
             messages.append({"role": "system", "content": self.system_prompt})
         messages.append({"role": "user", "content": self.chat_prompt_template.format(question=record.question)})
         return messages
+
+    def multimodal_messages(self, record: TaskRecord) -> list[dict[str, Any]]:
+        """The chat with one `{"type": "image"}` entry per image (clip frames included) before the question, for a
+        processor's chat template (visual tasks)."""
+        messages: list[dict[str, Any]] = []
+        if self.system_prompt:
+            messages.append({"role": "system", "content": [{"type": "text", "text": self.system_prompt}]})
+        content: list[dict[str, Any]] = [{"type": "image"} for _ in range(count_images(record))]
+        content.append({"type": "text", "text": self.chat_prompt_template.format(question=record.question)})
+        messages.append({"role": "user", "content": content})
+        return messages
+
+    def plain_prompt_with_images(self, record: TaskRecord, image_token: str = IMAGE_TOKEN) -> str:
+        """The plain prompt preceded by one image placeholder per image."""
+        return image_token * count_images(record) + self.plain_prompt(record)
 
 
 def encode_prompt(tokenizer: Any, *, messages: list[dict[str, str]] | None = None,
@@ -238,17 +254,19 @@ def distinct_records(make: Callable[[int], TaskRecord], size: int, what: str = "
 
 
 def holdout_split(train: list[TaskRecord], heldout: list[TaskRecord] | None, *, eval_fraction: float, seed: int,
-                  source: str) -> tuple[list[TaskRecord], list[TaskRecord]]:
+                  source: str, key: Callable[[TaskRecord], Any] = lambda r: r.question
+                  ) -> tuple[list[TaskRecord], list[TaskRecord]]:
     """(train, heldout) from loaded rows: without an explicit held-out file, a seeded `eval_fraction` of `train`
-    is held out. Training rows whose question is held out are dropped, so the splits never overlap."""
+    is held out. Training rows whose `key` (the question; for image rows the question and the images) is held
+    out are dropped, so the splits never overlap."""
     if heldout is None:
         order = list(range(len(train)))
         random.Random(seed).shuffle(order)
         n_eval = max(1, round(len(train) * eval_fraction))
         heldout = [train[i] for i in sorted(order[:n_eval])]
         train = [train[i] for i in sorted(order[n_eval:])]
-    held_questions = {r.question for r in heldout}
-    train = [r for r in train if r.question not in held_questions]
+    held = {key(r) for r in heldout}
+    train = [r for r in train if key(r) not in held]
     if not train:
         raise TaskError(f"task.path: no training rows left in '{source}' after holding out the eval split")
     return train, heldout

@@ -4,13 +4,23 @@ A record's `images` lists items in prompt order. An item is a PIL image, a file 
 encoded bytes (PNG, JPEG, ...); a list item is the frames of one short clip, in order. Errors are
 `ImageError`s that name the record and the problem; a dataset loader uses `split_decodable` to skip and count
 broken rows instead of failing mid-run.
+
+Datasets from files (`task.image_column` of the `jsonl` task) give an image cell as a path relative to the data
+file, a `data:image/...;base64,` URI, raw bytes (a Parquet binary column), or a `{"bytes": ..., "path": ...}`
+struct (how Hugging Face `datasets` stores an Image feature in Parquet); a list of those is several images, a
+nested list the frames of one clip. `dataset_images` resolves a cell to record items and `probe_image` checks
+each one's header without decoding the pixels.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
 import io
 import os
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from rlvr.types import TaskRecord
@@ -92,3 +102,84 @@ def split_decodable(records: Iterable[TaskRecord]) -> tuple[list[TaskRecord], li
             continue
         kept.append(record)
     return kept, skipped
+
+
+DATA_URI_PREFIX = "data:image/"
+
+
+def _decode_base64(text: str, where: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise ImageError(f"{where}: not valid base64 ({e})") from None
+
+
+def _dataset_item(cell: Any, base_dir: Path, where: str) -> str | bytes:
+    """One image cell as a record item: an absolute path, or the image's bytes."""
+    if isinstance(cell, dict):  # a Hugging Face Image feature: {"bytes": ..., "path": ...}
+        if cell.get("bytes") is not None:
+            return _dataset_item(cell["bytes"], base_dir, where)
+        if cell.get("path"):
+            return _dataset_item(str(cell["path"]), base_dir, where)
+        raise ImageError(f"{where}: an image struct with neither 'bytes' nor 'path'")
+    if isinstance(cell, (bytes, bytearray, memoryview)):
+        if not len(cell):
+            raise ImageError(f"{where}: the image bytes are empty")
+        return bytes(cell)
+    if isinstance(cell, str):
+        text = cell.strip()
+        if not text:
+            raise ImageError(f"{where}: an empty image path")
+        if text.startswith(DATA_URI_PREFIX):
+            header, sep, payload = text.partition(",")
+            if not sep or not header.endswith(";base64"):
+                raise ImageError(f"{where}: a data URI must look like 'data:image/png;base64,<data>'")
+            return _decode_base64(payload, where)
+        path = Path(text).expanduser()
+        return str(path if path.is_absolute() else (base_dir / path).resolve())
+    raise ImageError(f"{where}: expected an image path, a data:image/...;base64 URI, bytes or a "
+                     f"{{bytes, path}} struct; got {type(cell).__name__}")
+
+
+def dataset_images(cell: Any, base_dir: Path, *, where: str) -> list[Any]:
+    """The record `images` of one dataset cell: one item, a list of items (several images), or a nested list
+    (a clip's frames). Paths are resolved against `base_dir` (the data file's folder)."""
+    if cell is None:
+        raise ImageError(f"{where}: no image (the cell is empty)")
+    if not isinstance(cell, (list, tuple)):
+        return [_dataset_item(cell, base_dir, where)]
+    if not cell:
+        raise ImageError(f"{where}: an empty list of images")
+    out: list[Any] = []
+    for i, item in enumerate(cell):
+        at = f"{where}, image {i}"
+        if isinstance(item, (list, tuple)):
+            if not item:
+                raise ImageError(f"{at}: a clip with no frames")
+            out.append([_dataset_item(frame, base_dir, f"{at}, frame {j}") for j, frame in enumerate(item)])
+        else:
+            out.append(_dataset_item(item, base_dir, at))
+    return out
+
+
+def probe_image(item: str | bytes, *, where: str) -> None:
+    """Raise `ImageError` unless `item` (a path or bytes) exists and starts like an image PIL can read. Only the
+    header is read: a file that is truncated further on passes here and is skipped when it is rendered."""
+    from PIL import Image
+
+    if isinstance(item, str) and not os.path.isfile(item):
+        raise ImageError(f"{where}: image file '{item}' does not exist")
+    try:
+        with Image.open(item if isinstance(item, str) else io.BytesIO(item)) as image:
+            width, height = image.size
+    except Exception as e:  # UnidentifiedImageError, OSError, DecompressionBombError, ...
+        what = f"image file '{item}'" if isinstance(item, str) else "the image bytes"
+        raise ImageError(f"{where}: {what} cannot be decoded ({type(e).__name__}: {e})") from None
+    if width < 1 or height < 1:
+        raise ImageError(f"{where}: the image is empty ({width}x{height})")
+
+
+def image_key(items: list[Any]) -> tuple[str, ...]:
+    """What identifies a record's images (paths as they are, bytes by their SHA-1): held-out splits compare it."""
+    flat = [f for item in items for f in (item if isinstance(item, (list, tuple)) else [item])]
+    return tuple(f if isinstance(f, str) else hashlib.sha1(bytes(f)).hexdigest() for f in flat)

@@ -1,4 +1,5 @@
-"""Any dataset with a prompt column and an answer column, from JSONL or Parquet."""
+"""Any dataset with a prompt column and an answer column, from JSONL or Parquet; with `image_column`, a
+vision-language dataset whose rows also carry images."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pydantic import Field
 
 from rlvr.rewards.verifiers import ExtractMode, exact_equal, extract_answer, math_equal, numbers_equal
 from rlvr.tasks.base import TASKS, Task, TaskError, VerifyResult, holdout_split
+from rlvr.tasks.images import ImageError, dataset_images, image_key, probe_image
 from rlvr.types import TaskRecord
 
 log = logging.getLogger(__name__)
@@ -111,6 +113,13 @@ class JsonlTask(ReferenceAnswerTask):
     Without `eval_path`, a seeded `eval_fraction` of the rows is held out. Rows whose prompt appears in the
     held-out split are dropped from training. Malformed rows (bad JSON, missing or empty prompt or answer)
     are skipped and counted (`on_bad_row: skip`) or stop the run with the row number (`error`).
+
+    `image_column` makes it a visual task (a vision-language model renders its prompts): each row's cell is an
+    image path relative to the data file, a `data:image/...;base64,` URI, bytes, a `{bytes, path}` struct, or a
+    list of those (`rlvr.tasks.images.dataset_images`). A row whose image is missing or does not start like an
+    image is a malformed row (skipped and counted in `bad_images`, or an error naming the file, row and column);
+    only headers are read at load time, so an image truncated further on is skipped and counted when its
+    prompt is rendered (`images_skipped_total`). Held-out rows are told apart by question and images.
     """
 
     name = "jsonl"
@@ -125,6 +134,7 @@ class JsonlTask(ReferenceAnswerTask):
         answer_column: str = "answer",
         difficulty_column: str | None = None,
         source_column: str | None = None,
+        image_column: str | None = None,
         verifier: AnswerCheck = "math",
         extract: ExtractMode = "auto",
         on_bad_row: Literal["skip", "error"] = "skip",
@@ -136,17 +146,23 @@ class JsonlTask(ReferenceAnswerTask):
         super().__init__(prompt_template=prompt_template, chat_prompt_template=chat_prompt_template,
                          system_prompt=system_prompt)
         self.columns = {"prompt": prompt_column, "answer": answer_column, "difficulty": difficulty_column,
-                        "source": source_column}
+                        "source": source_column, "image": image_column}
+        self.visual = image_column is not None  # its records carry images: a vision-language model renders them
+        self.bad_images: list[tuple[str, str]] = []  # (row id, why) of rows left out for an unusable image
         self.verifier = verifier
         self.extract = extract
         self.on_bad_row = on_bad_row
         self.bad_rows = 0
         heldout = self._load(Path(eval_path), "eval_path") if eval_path else None
+        key = (lambda r: (r.question, r.meta["images"])) if self.visual else (lambda r: r.question)
         self._train, self._heldout = holdout_split(self._load(Path(path), "path"), heldout,
-                                                   eval_fraction=eval_fraction, seed=seed, source=str(path))
+                                                   eval_fraction=eval_fraction, seed=seed, source=str(path),
+                                                   key=key)
         if self.bad_rows:
             log.warning("task: skipped %d malformed rows (task.on_bad_row=skip; set it to error to see each)",
                         self.bad_rows)
+        if self.bad_images:
+            log.warning("task: %d of them for an unusable image, e.g. %s", len(self.bad_images), self.bad_images[0][1])
 
     def _load(self, path: Path, key: str) -> list[TaskRecord]:
         rows = read_rows(path)
@@ -154,7 +170,7 @@ class JsonlTask(ReferenceAnswerTask):
         if not good:
             raise TaskError(f"task.{key}: '{path}' has no rows")
         present = set().union(*(r.keys() for r in good[:100]))
-        for role in ("prompt", "answer"):
+        for role in ("prompt", "answer", "image") if self.visual else ("prompt", "answer"):
             col = self.columns[role]
             if col not in present:
                 raise TaskError(
@@ -171,6 +187,16 @@ class JsonlTask(ReferenceAnswerTask):
                 self.bad_rows += 1
                 continue
             assert isinstance(row, dict)
+            images = None
+            if self.visual:
+                try:
+                    images = self._row_images(row, path, line_no)
+                except ImageError as err:
+                    if self.on_bad_row == "error":
+                        raise TaskError(f"task.{key}: {err}. Fix it, or set task.on_bad_row=skip") from None
+                    self.bad_rows += 1
+                    self.bad_images.append((f"{path.stem}-{line_no}", str(err)))
+                    continue
             diff = row.get(self.columns["difficulty"]) if self.columns["difficulty"] else None
             records.append(TaskRecord(
                 id=f"{path.stem}-{line_no}",
@@ -178,9 +204,20 @@ class JsonlTask(ReferenceAnswerTask):
                 answer=str(row[self.columns["answer"]]),
                 difficulty=diff if isinstance(diff, (int, float)) else None,
                 source=str(row.get(self.columns["source"], path.stem)) if self.columns["source"] else path.stem,
-                meta={"row": line_no},
+                images=images,
+                meta={"row": line_no, "images": image_key(images)} if images is not None else {"row": line_no},
             ))
         return records
+
+    def _row_images(self, row: dict[str, Any], path: Path, line_no: int) -> list[Any]:
+        """The row's images as record items (absolute paths or bytes), each header checked."""
+        column = self.columns["image"]
+        where = f"row {line_no} of '{path}', column '{column}'"
+        images = dataset_images(row.get(column), path.resolve().parent, where=where)
+        flat = [f for item in images for f in (item if isinstance(item, list) else [item])]
+        for i, item in enumerate(flat):
+            probe_image(item, where=where if len(flat) == 1 else f"{where}, image {i}")
+        return images
 
     def _row_problem(self, row: Any) -> str | None:
         if isinstance(row, BadRow):

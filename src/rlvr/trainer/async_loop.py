@@ -32,7 +32,7 @@ class AsyncBatches:
     def __init__(self, run: Any):
         self.run = run
         self.k = run.cfg.distributed.max_staleness
-        self.pending: deque[tuple[int, list[Any], list[tuple[list[int], str]], Any]] = deque()
+        self.pending: deque[tuple[int, list[Any], list[tuple[list[int], str]], list[Any] | None, Any]] = deque()
         self.next_submit = run.start_step + 1
         self.last_busy = 0.0
         self.last_time = time.perf_counter()
@@ -41,28 +41,49 @@ class AsyncBatches:
         run = self.run
         torch.manual_seed(step_seed(run.cfg.run.seed, step))  # the same draws as a synchronous step
         records = run.sampler.take(run.cfg.train.prompts_per_step)
-        rendered = [run.renderer.render(r) for r in records]
-        handle = run.engine.submit([ids for ids, _ in rendered], run.params)
-        self.pending.append((step, records, rendered, handle))
+        if run.renderer.multimodal:  # image prompts travel with their processor outputs; undecodable ones skipped
+            kept = [(r, out) for r in records if (out := run.renderer.render_or_skip(r)) is not None]
+            records = [r for r, _ in kept]
+            rendered = [(ids, text) for _, (ids, text, _) in kept]
+            mm = [m for _, (_, _, m) in kept]
+            handle = run.engine.submit([ids for ids, _ in rendered], run.params, mm_inputs=mm) if kept else None
+        else:
+            rendered = [run.renderer.render(r) for r in records]
+            mm = None
+            handle = run.engine.submit([ids for ids, _ in rendered], run.params)
+        self.pending.append((step, records, rendered, mm, handle))
 
     def next(self, step: int, last_step: int) -> tuple[list[Group], dict[str, float]]:
         run = self.run
         while self.next_submit <= last_step and len(self.pending) <= self.k:
             self._submit(self.next_submit)
             self.next_submit += 1
-        submitted_step, records, rendered, handle = self.pending.popleft()
+        submitted_step, records, rendered, mm, handle = self.pending.popleft()
         assert submitted_step == step, (submitted_step, step)
         waited = time.perf_counter()
-        samples = run.engine.result(handle)
+        samples = run.engine.result(handle) if handle is not None else []
         waited = time.perf_counter() - waited
         groups = [Group(record=r, prompt_ids=ids, samples=s, prompt_text=text)
                   for r, (ids, text), s in zip(records, rendered, samples)]
+        if mm is not None:
+            for g, m in zip(groups, mm):
+                for s in g.samples:
+                    s.mm_inputs = m  # shared by the group's samples, as in `rollout_groups`
         learner_version = run.engine.policy_version
         dropped, requeued = 0, 0
-        fresh = [g for g in groups if learner_version - g.samples[0].policy_version <= self.k]
-        stale = [g for g in groups if g not in fresh]
+        fresh: list[Group] = []
+        stale: list[Group] = []
+        for g in groups:  # split by identity: comparing groups would compare their image tensors
+            (fresh if learner_version - g.samples[0].policy_version <= self.k else stale).append(g)
         if stale and run.cfg.distributed.stale == "requeue":  # regenerate them with the current weights
-            regen = run.engine.generate([g.prompt_ids for g in stale], run.params)
+            if mm is not None:
+                stale_mm = [g.samples[0].mm_inputs for g in stale]
+                regen = run.engine.generate_multimodal([g.prompt_ids for g in stale], stale_mm, run.params)
+                for m, group in zip(stale_mm, regen):
+                    for s in group:
+                        s.mm_inputs = m
+            else:
+                regen = run.engine.generate([g.prompt_ids for g in stale], run.params)
             for g, s in zip(stale, regen):
                 g.samples = s
             fresh += stale

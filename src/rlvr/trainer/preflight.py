@@ -81,12 +81,6 @@ def check_vision(cfg: Config, task: Any, tokenizer: Any) -> Any:
     if not getattr(engine, "multimodal", False):
         raise ConfigError(f"rollout.engine: the {cfg.rollout.engine} engine does not take images yet; task '{name}' "
                           "has images, so set rollout.engine=hf")
-    d = cfg.distributed
-    if d.backend == "ray" or d.learner_workers or d.reference_worker or d.reward_workers:
-        raise ConfigError(f"distributed: task '{name}' has images, and Ray workers do not carry them yet; run it "
-                          "in one process (distributed.backend=local, no *_workers)")
-    if d.mode == "async":
-        raise ConfigError(f"distributed.mode: task '{name}' has images; run it with distributed.mode=sync")
     unsupported = {"model.lora": cfg.model.lora is not None, "algorithm.critic": cfg.algorithm.critic is not None,
                    "agent": cfg.agent is not None, "model.teacher_path": needs_teacher(cfg)}
     for key, used in unsupported.items():

@@ -24,7 +24,6 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from rlvr.tasks.base import TASKS, LazySplit, Task, TaskError, VerifyResult, distinct_records
-from rlvr.tasks.images import IMAGE_TOKEN, count_images
 from rlvr.tasks.vision import answers
 from rlvr.tasks.vision.drawing import (
     COLORS,
@@ -89,20 +88,6 @@ class VisionTask(Task):
     @abc.abstractmethod
     def make(self, rng: random.Random) -> TaskRecord:
         """One problem drawn from `rng` (id and source are filled in by the caller)."""
-
-    def multimodal_messages(self, record: TaskRecord) -> list[dict[str, Any]]:
-        """The chat with one `{"type": "image"}` entry per image (clip frames included) before the question."""
-        messages: list[dict[str, Any]] = []
-        if self.system_prompt:
-            messages.append({"role": "system", "content": [{"type": "text", "text": self.system_prompt}]})
-        content: list[dict[str, Any]] = [{"type": "image"} for _ in range(count_images(record))]
-        content.append({"type": "text", "text": self.chat_prompt_template.format(question=record.question)})
-        messages.append({"role": "user", "content": content})
-        return messages
-
-    def plain_prompt_with_images(self, record: TaskRecord, image_token: str = IMAGE_TOKEN) -> str:
-        """The plain prompt preceded by one image placeholder per image."""
-        return image_token * count_images(record) + self.plain_prompt(record)
 
     def shuffle_frames(self, record: TaskRecord, rng: random.Random) -> TaskRecord | None:
         """The record with each clip's frames in a random order other than the original (same question, same
