@@ -176,7 +176,8 @@ def search_prompt(
     """Search one prompt with the engine (`params`: the run's SamplingParams; its temperature, top-p/k and
     max_new_tokens apply) and return the tree, the rollouts and what it spent.
 
-    `score(samples)` rewards complete responses of this prompt (the run's reward function or the verifier);
+    `score(samples)` rewards complete responses of this prompt (the run's reward function, the verifier, or a
+    label-free score: each sample carries the engine's per-token log-probs of its whole response);
     `solved_at`: stop the search as soon as a complete response scores at least this (evaluation);
     `runtime`: extra strategy callbacks (beam_prm's `compare`)."""
     strategy = SEARCH_STRATEGIES.bind(settings.strategy, settings.strategy_params, where="search")
