@@ -253,7 +253,7 @@ def test_report_plots_search_results_against_tokens(tmp_path):
     section = section[: section.index("</section>")]
     assert section.count('data-plot="search_tokens"') == 1 and 'href="#search"' in html
     # one line per strategy and setting; the budgets are its points
-    for label in ("sampling", "mcts", "mcts, widen=0.5", "mcts, by vote"):
+    for label in ("sampling, by verifier", "mcts, by verifier", "mcts, by verifier, widen=0.5", "mcts, by vote"):
         assert f'class="legend">{label}</text>' in section, label
     assert section.count("<polyline") == 1  # only sampling has two budgets: one line; the rest are points
     assert "search_broken.json: not a search evaluation result" in html

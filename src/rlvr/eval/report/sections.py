@@ -169,16 +169,17 @@ BUDGET_KEYS = ("max_tokens", "max_nodes")
 
 
 def _search_series_labels(searches: dict[str, dict[str, Any]]) -> dict[str, str]:
-    """A series label per file: the strategy's name, then the answer selection unless it is the verifier, then
-    the settings (budget excluded) that differ between files of the same strategy."""
+    """A series label per file: the strategy's name, then the answer selection (when some file chose without the
+    verifier), then the settings (budget excluded) that differ between files of the same strategy."""
     settings = {tag: {k: v for k, v in r["search"].items() if k not in BUDGET_KEYS} for tag, r in searches.items()}
+    any_oracle_free = any(st.get("select", "verifier") != "verifier" for st in settings.values())
     labels = {}
     for tag, st in settings.items():
         same_name = [o for o in settings.values() if o.get("name") == st.get("name")]
         varying = sorted(k for k in st if k not in ("name", "select") and any(o.get(k) != st[k] for o in same_name))
         parts = [str(st.get("name", tag))]
-        if st.get("select", "verifier") != "verifier":
-            parts.append(f"by {st['select']}")
+        if any_oracle_free:  # then say which lines used the verifier to choose
+            parts.append(f"by {st.get('select', 'verifier')}")
         parts += [f"{k}={st[k]}" for k in varying]
         labels[tag] = ", ".join(parts)
     return labels
