@@ -194,8 +194,15 @@ def eval_cmd(
     temperature: Annotated[Optional[float], typer.Option(help="Sampling temperature (default: the recipe's "
                                                          "rollout.temperature, 1.0).")] = None,
     size: Annotated[Optional[int], typer.Option(help="Use only the first SIZE held-out prompts.")] = None,
+    split: Annotated[str, typer.Option(help="Which prompts: heldout, or train (with --size; for --sft-out).")
+                     ] = "heldout",
+    sft_out: Annotated[Optional[Path], typer.Option("--sft-out", help="With a search section and --split train: "
+                                                    "write each problem's searched answer here as SFT data "
+                                                    "(rlvr sft recipes/search_sft.yaml data.path=FILE).")] = None,
 ) -> None:
     """Evaluate a model on a task's held-out split: unbiased pass@k, accuracy, mean length.
+
+    With search.name=... the searched answer's pass@1 against the tokens spent (docs/search.md).
 
     Example: rlvr eval builtin --task addition --n 16 --k 1,4,16 --out before.json
     """
@@ -208,7 +215,7 @@ def eval_cmd(
         _fail(ValueError(f"--k: expected comma-separated integers like 1,4,16; got '{k}'"))
     try:
         cfg = load_config(config, [*_eval_overrides(n, ks, model_dir, task, temperature, size), *(overrides or [])])
-        run_eval(cfg, model_dir, out)
+        run_eval(cfg, model_dir, out, split=split, sft_out=sft_out)
     except _user_errors() as err:
         _fail(err)
 

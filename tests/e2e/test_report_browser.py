@@ -1,7 +1,8 @@
 """The HTML report in a real browser: headless Chromium loads it from file://, runs its script, and we read
 back the DOM the script produced (`--dump-dom` after `--virtual-time-budget`).
 
-Checked: the page loads without script errors, the plots are laid out, the rollout filter and search (driven
+Checked: the page loads without script errors, the plots are laid out (the training curves, pass@k and the
+test-time search plot), the rollout filter and search (driven
 through the URL hash) show the right rows, and model output that looks like HTML or script stays inert text.
 For a visual run, the prompts' image thumbnails (data-URI PNGs) are in the cards and decode (naturalWidth > 0,
 counted by the page's script). Screenshots are kept at tests/artifacts/report.png and report_images.png. Skipped when no Chromium/Chrome binary is found
@@ -60,6 +61,11 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "by_difficulty": {"1": {"num_prompts": 4, "pass@k": {"1": p1 + 0.1, "2": p1 + 0.2, "4": p4}},
                               "2": {"num_prompts": 4, "pass@k": {"1": p1 - 0.1, "2": p1, "4": p4}}},
             "problems": []}))
+    for name, budget, solved, tokens in (("sampling", 100, 0.5, 90.0), ("sampling", 200, 0.7, 150.0),
+                                         ("mcts", 100, 0.4, 95.0), ("mcts", 200, 0.6, 170.0)):
+        (run / f"search_{name}_{budget}.json").write_text(json.dumps({  # rlvr eval ... search.name=... --out
+            "search": {"name": name, "max_tokens": budget, "select": "verifier"}, "num_prompts": 10,
+            "solve_rate": solved, "tokens_per_problem": tokens, "tokens_per_solved": tokens / solved, "problems": []}))
     (run / "config.yaml").write_text("run:\n  name: browser-test\n  seed: 0\ntask:\n  name: addition\n")
     rows = []
     for step in (2, 4):
@@ -200,6 +206,7 @@ def test_page_loads_and_plots_render(chromium, report, tmp_path):
     assert int(dom.body["data-plots-rendered"]) == dom.plots  # each SVG has a laid-out box and a line
     assert dom.count["data-matched"] == dom.count["data-total"] == "12" and len(dom.articles) == 12
     assert "Before vs after training" in raw and "browser-test" in dom.title
+    assert 'data-plot="search_tokens"' in raw  # the test-time search plot, laid out like every other plot
 
 
 def test_filter_and_search_from_the_url_hash(chromium, report, tmp_path):

@@ -34,6 +34,10 @@ class SearchConfig(ComponentSpec):
     advantage: Literal["rewards", "parent", "treerl", "siblings"] = Field(
         "rewards", description="rewards: the algorithm's estimator on the leaves' rewards; parent / treerl / "
         "siblings: per-token tree advantages from node values (needs algorithm.advantage=tree).")
+    select: Literal["verifier", "value", "vote"] = Field(
+        "verifier", description="Evaluation: how the answer is chosen. verifier: the verifier scores responses "
+        "during the search (an oracle); value: by node values, vote: by majority vote over the complete "
+        "responses, both with no verifier during the search (docs/search.md).")
 
     @model_validator(mode="after")
     def _check(self) -> SearchConfig:
@@ -55,7 +59,8 @@ class SearchConfig(ComponentSpec):
 
         return SearchSettings(strategy=self.name, strategy_params=self.params, max_nodes=self.max_nodes,
                               max_tokens=self.max_tokens, branch=self.branch, segment_tokens=self.segment_tokens,
-                              delimiter=self.delimiter, leaf_rollouts=self.leaf_rollouts, advantage=self.advantage)
+                              delimiter=self.delimiter, leaf_rollouts=self.leaf_rollouts, advantage=self.advantage,
+                              select=self.select)
 
 
 def search_problems(cfg: Any) -> list[str]:

@@ -31,8 +31,22 @@ def check_eval_model(cfg: Config, task: Any, model_path: str, key: str = "MODEL_
                           f"'{cfg.task.name}' has images, so set rollout.engine=hf")
 
 
-def run_eval(cfg: Config, model_path: str, out: Path | None, *, key: str = "MODEL_DIR") -> dict[str, Any]:
-    """Evaluate `model_path` on the held-out split of `cfg`'s task; `key` names the model in error messages."""
+def run_eval(cfg: Config, model_path: str, out: Path | None, *, key: str = "MODEL_DIR", split: str = "heldout",
+             sft_out: Path | None = None) -> dict[str, Any]:
+    """Evaluate `model_path` on the held-out split of `cfg`'s task (or its training split, `split="train"`);
+    `key` names the model in error messages. With a search section and `sft_out`, each problem's searched
+    answer is also written there as SFT data (docs/search.md)."""
+    if split not in ("heldout", "train"):
+        raise ConfigError(f"--split: expected heldout or train; got '{split}'")
+    if sft_out is not None and cfg.search is None:
+        raise ConfigError("--sft-out: SFT data is built from searched trees; add a search section, e.g. "
+                          "search.name=mcts search.max_tokens=400")
+    if sft_out is not None and split != "train":
+        raise ConfigError("--sft-out: search the training prompts with --split train (SFT data from the held-out "
+                          "split would leak the evaluation problems into training)")
+    if split == "train" and cfg.eval.size is None:
+        raise ConfigError("--size: with --split train set how many training prompts to use (e.g. --size 100); "
+                          "a procedural task's training split has up to task.train_size problems")
     seed_everything(cfg.run.seed)
     task = build_task(cfg.task.name, cfg.task.params)
     check_eval_model(cfg, task, model_path, key)
@@ -54,7 +68,8 @@ def run_eval(cfg: Config, model_path: str, out: Path | None, *, key: str = "MODE
     check_vocab(tokenizer, model)
     renderer = PromptRenderer(task, tokenizer, cfg.model.chat_template, processor)
     engine = build_engine(cfg.rollout.engine, cfg.rollout.engine_options, cfg.rollout.batch_size, model, tokenizer)
-    records = list(task.heldout)[: cfg.eval.size] if cfg.eval.size else list(task.heldout)
+    source = task.train if split == "train" else task.heldout
+    records = list(source[: cfg.eval.size]) if cfg.eval.size else list(source)
     params = SamplingParams(n=cfg.eval.n, temperature=cfg.eval.temperature or cfg.rollout.temperature,
                             top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k,
                             max_new_tokens=cfg.rollout.max_new_tokens, stop=list(cfg.rollout.stop))
@@ -62,19 +77,36 @@ def run_eval(cfg: Config, model_path: str, out: Path | None, *, key: str = "MODE
     if cfg.search is not None:  # the searched answer's pass@1 and the tokens spent (docs/search.md)
         from rlvr.eval.search import evaluate_search, print_search_result
 
+        sft_rows: list[dict[str, Any]] | None = [] if sft_out is not None else None
         run_eval = functools.partial(evaluate_search, engine, renderer, task, records, params,
-                                     cfg.search.settings(), tokenizer)
+                                     cfg.search.settings(), tokenizer, sft_rows=sft_rows)
         show = print_search_result
     else:
         run_eval = functools.partial(evaluate, engine, renderer, task, records, params, cfg.eval.ks)
         show = print_result
     with ProgressReporter("eval", len(records), cfg.logging.progress) as progress:
         result = run_eval(on_progress=lambda done, total: progress.update(done))
-    result.update(model=str(model_path), task=cfg.task.model_dump(mode="json"))
+    result.update(model=str(model_path), task=cfg.task.model_dump(mode="json"), split=split)
     if out is not None:
         write_results(result, out)
     show(result)
+    if sft_out is not None:
+        assert sft_rows is not None
+        write_sft_rows(sft_rows, sft_out)
+        kept = sum(r["correct"] for r in sft_rows)
+        console.print(f"SFT data: {len(sft_rows)} searched answers ({kept} verified correct) -> {sft_out}; "
+                      f"train on them with: rlvr sft recipes/search_sft.yaml data.path={sft_out}")
     return result
+
+
+def write_sft_rows(rows: list[dict[str, Any]], path: Path) -> Path:
+    """One JSON row per searched problem, in the rows `rlvr sft` reads (`data.format=rollouts`)."""
+    import json
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
 
 
 def print_result(result: dict[str, Any]) -> None:

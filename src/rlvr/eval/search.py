@@ -1,22 +1,34 @@
 """Search at evaluation: the searched answer's pass@1 and the tokens spent, against plain sampling at the same
-token budget (`rlvr eval MODEL search.name=mcts|beam_prm|sampling search.max_tokens=B`).
+token budget (`rlvr eval MODEL search.name=mcts|beam_prm|sampling search.max_tokens=B search.select=...`).
 
-Per held-out problem:
+Per problem, a search (or budgeted sampling) collects complete responses and one of them is chosen as the
+answer, by `search.select`:
 
-    mcts / beam_prm   grow a tree (rlvr.sampling.search) whose leaf values are the task's verifier (terminal
-                      leaves) and rollouts to the end (partial leaves), stopping once a complete response is
-                      verified correct; the answer is the complete response (finished leaf or rollout) with the
-                      highest reward (`SearchResult.best_response`); solved = that answer is correct
-    sampling          independent samples, `search.branch` per engine call, until one is correct or the budget
-                      is spent; solved = one of them is correct (best-of-N with the verifier)
+    verifier  (oracle)  every complete response is scored by the task's verifier while searching; the search stops
+                        at the first verified-correct one, and the answer is the highest-scored response
+                        (`SearchResult.best_response`; for sampling: the first correct sample, best-of-N)
+    value               no verifier while searching: a complete response is scored by the policy's own confidence,
+                        c(y) = exp(mean_t log pi(y_t | x, y_<t)) (the geometric-mean token probability, from the
+                        engine's log-probs), partial nodes by the mean c of their rollouts; the budget is spent in
+                        full and the answer is found by descending the tree along the highest node value Q
+                        (`SearchResult.value_response`; for sampling: the sample with the highest c)
+    vote                no verifier while searching (values as for `value`); the answer is the plurality answer
+                        over every complete response (finished leaves and rollouts; for sampling: all samples),
+                        answers extracted and compared by the task (`extract_answer`, `answers_match`), the
+                        first response of the winning answer on ties; responses without an answer never win
 
-Both use the verifier while searching, so both are "oracle-verifier" test-time compute: this compares how
-efficiently they spend tokens, not answer selection without a verifier. Tokens spent = every token the engine
-generated for the problem (`SearchStats.tokens`; for sampling, the samples' tokens).
+solved = the chosen answer is correct (the verifier checks only the chosen one, after the search, for value
+and vote). Tokens spent = every token the engine generated for the problem (`SearchStats.tokens`; for sampling,
+the samples' tokens).
+
+With `sft_rows`, each problem's chosen answer is also written as a training example in the rows `rlvr sft`
+reads (`data.format=rollouts`: prompt, response, correct), for SFT on searched trajectories (ProMed,
+R-MCTS's self-learning): `search_sft_row`.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -24,32 +36,115 @@ from dataclasses import replace
 from typing import Any
 
 from rlvr.rewards import CorrectnessReward, RewardFunction
-from rlvr.sampling.search import SearchSettings, group_scorer, search_prompt
-from rlvr.types import Group, TaskRecord
+from rlvr.sampling.search import SearchResult, SearchSettings, group_scorer, search_prompt
+from rlvr.types import Group, Sample, TaskRecord
+
+SELECTS = ("verifier", "value", "vote")
+Candidate = tuple[list[int], float]  # a complete response's ids and its score
+
+
+def confidence(logprobs: Sequence[float] | None) -> float:
+    """exp(mean token log-prob): the geometric-mean probability the policy gave its own tokens (0 if none)."""
+    if not logprobs:
+        return 0.0
+    return math.exp(sum(logprobs) / len(logprobs))
+
+
+def confidence_scores(samples: list[Sample]) -> list[float]:
+    """A label-free score of complete responses (no verifier): each sample's `confidence`."""
+    return [confidence(s.logprobs) for s in samples]
+
+
+def vote_response(candidates: Sequence[Candidate], answers: Sequence[str | None],
+                  same: Callable[[str, str], bool]) -> Candidate | None:
+    """The plurality answer's first response and the answer's vote share (votes / all candidates, abstentions
+    included), or None when no candidate has an answer. Classes are formed in order with `same`; ties go to the
+    class seen first."""
+    classes: list[tuple[str, int, int]] = []  # (answer, first candidate index, votes)
+    for i, a in enumerate(answers):
+        if a is None or not str(a).strip():
+            continue
+        for j, (rep, first, votes) in enumerate(classes):
+            if same(rep, a):
+                classes[j] = (rep, first, votes + 1)
+                break
+        else:
+            classes.append((a, i, 1))
+    if not classes:
+        return None
+    _, first, votes = max(classes, key=lambda c: c[2])  # max keeps the first of equal counts
+    return list(candidates[first][0]), votes / len(candidates)
+
+
+def choose_answer(select: str, candidates: Sequence[Candidate], *, result: SearchResult | None = None,
+                  task: Any = None, decode: Callable[[list[int]], str] | None = None) -> Candidate | None:
+    """The answer among a search's (or sampling's) complete responses, by `select` (module docstring); the
+    float is its score (verifier), node value (value) or vote share (vote)."""
+    if not candidates:
+        return None
+    if select == "verifier":
+        return result.best_response() if result is not None else max(candidates, key=lambda c: c[1])
+    if select == "value":
+        return result.value_response() if result is not None else max(candidates, key=lambda c: c[1])
+    if select == "vote":
+        if task is None or decode is None:
+            raise ValueError("choose_answer: select=vote needs the task (to extract answers) and a decoder")
+        answers = [task.extract_answer(decode(ids)) for ids, _ in candidates]
+        return vote_response(candidates, answers, task.answers_match)
+    raise ValueError(f"search.select: unknown '{select}'; expected one of {', '.join(SELECTS)}")
+
+
+def search_sft_row(record: TaskRecord, prompt_text: str, answer: Candidate, correct: bool, tokenizer: Any,
+                   settings: SearchSettings) -> dict[str, Any]:
+    """One SFT example from a searched problem: the rendered prompt and the chosen response, as `rlvr sft` reads
+    a run's rollouts (prompt, response, correct; `data.correct_only` keeps the verified ones)."""
+    ids, value = answer
+    return {"prompt": prompt_text, "response": tokenizer.decode(ids, skip_special_tokens=True),
+            "correct": bool(correct), "value": float(value), "prompt_id": record.id, "answer": record.answer,
+            "difficulty": record.difficulty, "search": settings.strategy, "select": settings.select, "step": 0,
+            "length": len(ids)}
 
 
 def evaluate_search(engine: Any, renderer: Any, task: Any, records: Sequence[TaskRecord], params: Any,
                     settings: SearchSettings, tokenizer: Any,
-                    on_progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-    """Search (or budgeted sampling) on every record; returns solve rate, tokens and per-problem details."""
+                    on_progress: Callable[[int, int], None] | None = None,
+                    sft_rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Search (or budgeted sampling) on every record; returns solve rate, tokens and per-problem details, and
+    appends each problem's chosen answer to `sft_rows` when given."""
     verify = RewardFunction([("correctness", 1.0, CorrectnessReward())])
     eos_ids = list(getattr(engine, "eos_ids", None) or [tokenizer.eos_token_id])
+    oracle = settings.select == "verifier"
     started = time.perf_counter()
     problems: list[dict[str, Any]] = []
+
+    def decode(ids: list[int]) -> str:
+        return tokenizer.decode(ids, skip_special_tokens=True)
+
     for i, record in enumerate(records):
-        prompt_ids, _ = renderer.render(record)
-        score, correct = _verifier(record, prompt_ids, tokenizer, verify, task)
+        prompt_ids, prompt_text = renderer.render(record)
+        verifier, correct = _verifier(record, prompt_ids, tokenizer, verify, task)
+        score = verifier if oracle else confidence_scores
+        result = None
         if settings.strategy == "sampling":
-            problem = _budgeted_sampling(engine, params, prompt_ids, settings, score, correct)
+            candidates, problem = _budgeted_sampling(engine, params, prompt_ids, settings, score, correct, oracle)
         else:
-            res = search_prompt(engine, params, prompt_ids, settings, score, eos_ids, solved_at=1.0)
-            best = res.best_response()
-            answer = best[0] if best is not None else None
-            problem = {"solved": bool(answer is not None and correct.get(tuple(answer), False)),
-                       "tokens": res.stats.tokens, "nodes": res.tree.nodes, "calls": res.stats.calls,
-                       "leaves": len(res.tree.leaves(terminal_only=True)), "rollouts": len(res.rollouts),
-                       "answer": tokenizer.decode(answer, skip_special_tokens=True)[:300] if answer else None}
-        problem.update(id=record.id, difficulty=record.difficulty)
+            result = search_prompt(engine, params, prompt_ids, settings, score, eos_ids,
+                                   solved_at=1.0 if oracle else None)
+            candidates = result.complete_responses()
+            problem = {"tokens": result.stats.tokens, "nodes": result.tree.nodes, "calls": result.stats.calls,
+                       "leaves": len(result.tree.leaves(terminal_only=True)), "rollouts": len(result.rollouts)}
+        answer = choose_answer(settings.select, candidates, result=result, task=task, decode=decode)
+        solved = False
+        if answer is not None:
+            key = tuple(answer[0])
+            if key not in correct:  # value / vote: the verifier sees only the chosen answer, after the search
+                verifier([Sample(prompt_ids=list(prompt_ids), response_ids=list(answer[0]))])
+            solved = correct[key]
+            if sft_rows is not None:
+                sft_rows.append(search_sft_row(record, prompt_text, answer, solved, tokenizer, settings))
+        problem.update(solved=solved, candidates=len(candidates),
+                       answer=decode(answer[0])[:300] if answer is not None else None,
+                       id=record.id, difficulty=record.difficulty)
         problems.append(problem)
         if on_progress:
             on_progress(i + 1, len(records))
@@ -71,23 +166,22 @@ def _verifier(record: TaskRecord, prompt_ids: Sequence[int], tokenizer: Any, ver
 
 
 def _budgeted_sampling(engine: Any, params: Any, prompt_ids: Sequence[int], settings: SearchSettings,
-                       score: Callable[[list[Any]], list[float]], correct: dict[tuple[int, ...], bool]
-                       ) -> dict[str, Any]:
-    """Samples, `settings.branch` per call, until one is correct or `settings.max_tokens` are spent."""
+                       score: Callable[[list[Any]], list[float]], correct: dict[tuple[int, ...], bool],
+                       stop_when_correct: bool) -> tuple[list[Candidate], dict[str, Any]]:
+    """Samples, `settings.branch` per call, until `settings.max_tokens` are spent (or, with the verifier as
+    `score`, until one is correct); returns them with their scores, and what was spent."""
     assert settings.max_tokens is not None
-    spent, calls, n, solved, answer = 0, 0, 0, False, None
+    spent, calls, candidates, solved = 0, 0, [], False
     while spent < settings.max_tokens and not solved:
         outs = engine.generate([list(prompt_ids)], replace(params, n=settings.branch, stop=[]))[0]
         calls += 1
-        score(outs)
-        for s in outs:
+        for s, v in zip(outs, score(outs)):
             spent += len(s.response_ids)
-            n += 1
-            if correct.get(tuple(s.response_ids), False):
-                solved, answer = True, s.text
+            candidates.append((list(s.response_ids), float(v)))
+            if stop_when_correct and correct.get(tuple(s.response_ids), False):
+                solved = True
                 break  # the samples after the first correct one would not have been needed
-    return {"solved": solved, "tokens": spent, "samples": n, "calls": calls,
-            "answer": answer[:300] if answer else None}
+    return candidates, {"tokens": spent, "samples": len(candidates), "calls": calls}
 
 
 def summarize_search(problems: list[dict[str, Any]], settings: SearchSettings, params: Any,
@@ -105,6 +199,7 @@ def summarize_search(problems: list[dict[str, Any]], settings: SearchSettings, p
         "search": {"name": settings.strategy, "max_tokens": settings.max_tokens, "max_nodes": settings.max_nodes,
                    "branch": settings.branch, "segment_tokens": settings.segment_tokens,
                    "delimiter": settings.delimiter, "leaf_rollouts": settings.leaf_rollouts,
+                   "select": settings.select,
                    **settings.strategy_params},
         "temperature": params.temperature, "max_new_tokens": params.max_new_tokens, "seconds": round(seconds, 2),
         **stats(problems),
@@ -126,8 +221,9 @@ def print_search_result(result: dict[str, Any]) -> None:
 
     s = result["search"]
     budget = f"max_tokens={s['max_tokens']}" + (f", max_nodes={s['max_nodes']}" if s["max_nodes"] else "")
-    table = Table(title=f"{result.get('model', 'model')}: {s['name']} ({budget}) on {result['num_prompts']} "
-                        f"held-out prompts, T={result['temperature']}")
+    select = s.get("select", "verifier")
+    table = Table(title=f"{result.get('model', 'model')}: {s['name']} ({budget}, answer by {select}) on "
+                        f"{result['num_prompts']} {result.get('split', 'heldout')} prompts, T={result['temperature']}")
     for col in ("slice", "solved (pass@1)", "tokens/problem", "tokens/solved"):
         table.add_column(col, justify="left" if col == "slice" else "right")
 

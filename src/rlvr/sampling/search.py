@@ -63,6 +63,7 @@ class SearchSettings:
     delimiter: str | None = None
     leaf_rollouts: int = 1
     advantage: str = "rewards"  # rewards (the run's estimator) or a tree advantage: parent, treerl, siblings
+    select: str = "verifier"  # evaluation: how the answer is chosen (verifier, value, vote; rlvr.eval.search)
 
     def budget(self) -> Budget:
         return Budget(max_nodes=self.max_nodes, max_tokens=self.max_tokens)
@@ -105,17 +106,52 @@ class SearchResult:
     stats: SearchStats
     rewards: dict[tuple[int, ...], float]
 
+    def complete_responses(self) -> list[tuple[list[int], float]]:
+        """Every complete response the search scored, with its score: the finished leaves (depth-first), then
+        the rollouts (node's response + rollout) in the order they were sampled; repeats kept."""
+        candidates = [leaf.response_ids() for leaf in self.tree.leaves(terminal_only=True)]
+        candidates += [r.node.response_ids() + r.token_ids for r in self.rollouts]
+        return [(ids, self.rewards[tuple(ids)]) for ids in candidates if tuple(ids) in self.rewards]
+
     def best_response(self) -> tuple[list[int], float] | None:
         """The searched answer: the complete response with the highest reward among the finished leaves and
         the rollouts (the first one on ties; leaves first), or None when the search finished nothing."""
         best: tuple[list[int], float] | None = None
-        candidates = [leaf.response_ids() for leaf in self.tree.leaves(terminal_only=True)]
-        candidates += [r.node.response_ids() + r.token_ids for r in self.rollouts]
-        for ids in candidates:
-            r = self.rewards.get(tuple(ids))
-            if r is not None and (best is None or r > best[1]):
+        for ids, r in self.complete_responses():
+            if best is None or r > best[1]:
                 best = (ids, r)
         return best
+
+    def value_response(self) -> tuple[list[int], float] | None:
+        """The answer chosen by node values (the tree's own estimate, no final check): from the root, step to
+        the option with the highest value until a complete response is reached. A node's options are its
+        children with a complete response below them (value Q) and its own rollouts (value: their score);
+        children first, then rollouts, the first on ties. A scored node (finished) is the answer. None when
+        the search finished nothing."""
+        rollouts: dict[int, list[LeafRollout]] = {}
+        for r in self.rollouts:
+            rollouts.setdefault(id(r.node), []).append(r)
+        reaches: dict[int, bool] = {}
+
+        def reach(n: Node) -> bool:  # a complete response in n's subtree (n included, with its rollouts)
+            if id(n) not in reaches:
+                own = n.parent is not None and tuple(n.response_ids()) in self.rewards
+                reaches[id(n)] = own or bool(rollouts.get(id(n))) or any(reach(c) for c in n.children)
+            return reaches[id(n)]
+
+        node = self.tree.root
+        if not reach(node):
+            return None
+        while True:
+            ids = node.response_ids()
+            if node.parent is not None and tuple(ids) in self.rewards:
+                return ids, node.value
+            options: list[tuple[float, Node | LeafRollout]] = [(c.value, c) for c in node.children if reach(c)]
+            options += [(r.reward, r) for r in rollouts.get(id(node), [])]
+            value, pick = max(options, key=lambda o: o[0])  # max keeps the first of equal values
+            if isinstance(pick, LeafRollout):
+                return ids + pick.token_ids, value
+            node = pick
 
 
 def finished(node: Node, eos_ids: set[int], max_len: int) -> bool:
@@ -140,7 +176,8 @@ def search_prompt(
     """Search one prompt with the engine (`params`: the run's SamplingParams; its temperature, top-p/k and
     max_new_tokens apply) and return the tree, the rollouts and what it spent.
 
-    `score(samples)` rewards complete responses of this prompt (the run's reward function or the verifier);
+    `score(samples)` rewards complete responses of this prompt (the run's reward function, the verifier, or a
+    label-free score: each sample carries the engine's per-token log-probs of its whole response);
     `solved_at`: stop the search as soon as a complete response scores at least this (evaluation);
     `runtime`: extra strategy callbacks (beam_prm's `compare`)."""
     strategy = SEARCH_STRATEGIES.bind(settings.strategy, settings.strategy_params, where="search")
@@ -156,10 +193,10 @@ def search_prompt(
         stats.calls += 1
         return out
 
-    def rewards_of(responses: list[list[int]]) -> list[float]:
-        todo = [r for r in responses if tuple(r) not in result.rewards]
+    def rewards_of(responses: list[list[int]], logprobs: list[list[float]]) -> list[float]:
+        todo = [(r, lp) for r, lp in zip(responses, logprobs) if tuple(r) not in result.rewards]
         if todo:
-            for r, v in zip(todo, score([_response(prompt, r, eos) for r in todo])):
+            for (r, _), v in zip(todo, score([_response(prompt, r, eos, lp) for r, lp in todo])):
                 result.rewards[tuple(r)] = float(v)
                 if solved_at is not None and v >= solved_at:
                     tree.stopped = True
@@ -188,7 +225,7 @@ def search_prompt(
             return 0.0
         if finished(node, eos, max_len):
             node.expanded = node.terminal = True
-            return rewards_of([node.response_ids()])[0]
+            return rewards_of([node.response_ids()], [_path_logprobs(node)])[0]
         if prm is not None:
             return float(prm(prompt, node.response_ids()))
         if settings.leaf_rollouts == 0 or tree.exhausted():
@@ -198,19 +235,26 @@ def search_prompt(
         spent = sum(len(s.response_ids) for s in outs)
         stats.rollout_tokens += spent
         tree.tokens += spent
-        rewards = rewards_of([prefix + list(s.response_ids) for s in outs])
-        for s, r in zip(outs, rewards):
-            lps = list(s.logprobs) if s.logprobs is not None else [0.0] * len(s.response_ids)
-            result.rollouts.append(LeafRollout(node=node, token_ids=list(s.response_ids), logprobs=lps, reward=r))
+        lps = [list(s.logprobs) if s.logprobs is not None else [0.0] * len(s.response_ids) for s in outs]
+        path_lps = _path_logprobs(node)
+        rewards = rewards_of([prefix + list(s.response_ids) for s in outs], [path_lps + lp for lp in lps])
+        for s, lp, r in zip(outs, lps, rewards):
+            result.rollouts.append(LeafRollout(node=node, token_ids=list(s.response_ids), logprobs=lp, reward=r))
         return sum(rewards) / len(rewards)
 
     strategy(tree, expand, value, **(runtime or {}))
     return result
 
 
-def _response(prompt: list[int], response: list[int], eos: set[int]) -> Sample:
+def _path_logprobs(node: Node) -> list[float]:
+    """The engine's per-token log-probs of `node`'s response (0 where an expansion gave only a segment's)."""
+    return [lp for n in node.path()[1:] for lp in (n.token_logprobs or [0.0] * len(n.token_ids))]
+
+
+def _response(prompt: list[int], response: list[int], eos: set[int], logprobs: list[float]) -> Sample:
     done = bool(response) and response[-1] in eos
-    return Sample(prompt_ids=list(prompt), response_ids=list(response), finish_reason="stop" if done else "length")
+    return Sample(prompt_ids=list(prompt), response_ids=list(response), logprobs=list(logprobs),
+                  finish_reason="stop" if done else "length")
 
 
 def group_scorer(record: TaskRecord, prompt_ids: Sequence[int], tokenizer: Any,

@@ -146,6 +146,9 @@ def _build_sampler(cfg: Config, prompts: Any) -> BatchSampler:
     if cfg.search.name == "sampling":
         raise ConfigError("search.name: 'sampling' is the evaluation baseline (rlvr eval); to train with plain "
                           "sampling remove the search section, or set search.name=mcts or beam_prm")
+    if cfg.search.select != "verifier":
+        raise ConfigError(f"search.select: '{cfg.search.select}' chooses an answer at evaluation (rlvr eval); a "
+                          "training group keeps every leaf, rewarded by the run's reward; remove search.select")
     return SAMPLERS.build("search", {}, where="sampling", prompts=prompts, seed=cfg.run.seed,
                           search=cfg.search.settings())
 

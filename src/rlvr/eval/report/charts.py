@@ -47,8 +47,11 @@ def svg_line_plot(title: str, series: Sequence[tuple[str, Sequence[tuple[float, 
     if not pts:
         return ""
     left, right, bottom = 58, 14, 38
-    top = 42 if len(series) > 1 else 28  # room for a one-row legend under the title
-    pw, ph = width - left - right, height - top - bottom
+    pw = width - left - right
+    legend = _legend_layout([label for label, _ in series], left, pw) if len(series) > 1 else []
+    rows = max((row for _, row in legend), default=-1) + 1
+    top = 28 + 14 * rows  # room for the legend's rows under the title
+    ph = height - top - bottom
 
     def tx(x: float) -> float:
         return math.log2(x) if xlog2 else x
@@ -110,12 +113,28 @@ def svg_line_plot(title: str, series: Sequence[tuple[str, Sequence[tuple[float, 
             for x, y in valid:
                 out.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="2.6" fill="{color}">'
                            f'<title>{_e(label)} @ {_e(_fmt(x))}: {_e(_fmt(y))}</title></circle>')
-        if len(series) > 1:
-            lx = left + i * pw / len(series)
-            out.append(f'<line x1="{lx:.1f}" x2="{lx + 14:.1f}" y1="30" y2="30" stroke="{color}" stroke-width="2"/>'
-                       f'<text x="{lx + 18:.1f}" y="33.5" class="legend">{_e(label)}</text>')
+        if legend:
+            lx, row = legend[i]
+            ly = 30 + 14 * row
+            out.append(f'<line x1="{lx:.1f}" x2="{lx + 14:.1f}" y1="{ly}" y2="{ly}" stroke="{color}" '
+                       f'stroke-width="2"/><text x="{lx + 18:.1f}" y="{ly + 3.5}" class="legend">{_e(label)}</text>')
     out.append("</svg>")
     return "".join(out)
+
+
+def _legend_layout(labels: Sequence[str], left: float, width: float) -> list[tuple[float, int]]:
+    """(x, row) of each legend entry: evenly spaced in one row when the labels fit (about 5.6 px per character
+    at the legend's 10 px font), else flowed left to right over as many rows as needed."""
+    need = [18 + 5.6 * len(label) + 10 for label in labels]
+    if max(need) <= width / len(labels):
+        return [(left + i * width / len(labels), 0) for i in range(len(labels))]
+    out, x, row = [], 0.0, 0
+    for w in need:
+        if x > 0 and x + w > width:
+            x, row = 0.0, row + 1
+        out.append((left + x, row))
+        x += w
+    return out
 
 
 def _metric_series(metrics: list[dict[str, Any]], key: str) -> list[tuple[float, float | None]]:

@@ -50,6 +50,22 @@ def _read_evals(run_dir: Path, notes: list[str]) -> dict[str, dict[str, Any]]:
     return dict(sorted(evals.items(), key=lambda kv: _eval_order(kv[0])))
 
 
+def _read_searches(run_dir: Path, notes: list[str]) -> dict[str, dict[str, Any]]:
+    """`search_*.json`: results of `rlvr eval ... search.name=... --out RUN/search_NAME.json` (docs/search.md)."""
+    out: dict[str, dict[str, Any]] = {}
+    for path in sorted(run_dir.glob("search_*.json")):
+        try:
+            result = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(result, dict) or not isinstance(result.get("search"), dict) or not all(
+                    isinstance(result.get(k), (int, float)) for k in ("solve_rate", "tokens_per_problem")):
+                raise ValueError("no search, solve_rate or tokens_per_problem in it")
+        except (ValueError, OSError) as err:
+            notes.append(f"{path.name}: not a search evaluation result ({err})")
+            continue
+        out[path.stem[len("search_"):]] = result
+    return out
+
+
 def _read_text(path: Path, notes: list[str], quiet: bool = False) -> str | None:
     if not path.exists():
         if not quiet:

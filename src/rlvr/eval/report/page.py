@@ -13,6 +13,7 @@ from rlvr.eval.report.data import (
     _index_images,
     _read_evals,
     _read_jsonl,
+    _read_searches,
     _read_text,
     _run_name,
     _share_group_images,
@@ -24,6 +25,7 @@ from rlvr.eval.report.sections import (
     _curves_section,
     _eval_section,
     _rollout_section,
+    _search_section,
     _summary_section,
 )
 from rlvr.tracking import METRICS_FILE, ROLLOUTS_FILE, read_rollouts
@@ -47,6 +49,7 @@ def render_report(run_dir: Path, *, max_rollouts: int = MAX_ROLLOUTS) -> str:
     notes: list[str] = []
     metrics = _read_jsonl(run_dir / METRICS_FILE, notes)
     evals = _read_evals(run_dir, notes)
+    searches = _read_searches(run_dir, notes)
     all_rollouts = read_rollouts(run_dir)
     _share_group_images(all_rollouts, notes)
     rollouts, dropped_steps = _thin_rollouts(all_rollouts, max_rollouts)
@@ -64,6 +67,7 @@ def render_report(run_dir: Path, *, max_rollouts: int = MAX_ROLLOUTS) -> str:
         _summary_section(run_dir, metrics, evals),
         _curves_section(metrics),
         _eval_section(evals),
+        _search_section(searches),
         _rollout_section(rollouts, images),
         _config_section(config_text, versions_text),
     ]
@@ -71,7 +75,8 @@ def render_report(run_dir: Path, *, max_rollouts: int = MAX_ROLLOUTS) -> str:
     body = (f'<header><h1>{_e(run_name)}</h1><p class="muted">Run directory <code>{_e(str(run_dir))}</code> '
             f'&middot; report written {_e(_dt.datetime.now().strftime("%Y-%m-%d %H:%M"))}</p>'
             '<nav><a href="#summary">Summary</a><a href="#curves">Training curves</a>'
-            '<a href="#evaluation">Evaluation</a><a href="#rollouts">Rollouts</a><a href="#config">Config</a></nav>'
+            '<a href="#evaluation">Evaluation</a>' + ('<a href="#search">Search</a>' if searches else "")
+            + '<a href="#rollouts">Rollouts</a><a href="#config">Config</a></nav>'
             + (f'<ul class="notes" id="notes">{notes_html}</ul>' if notes else "") + "</header>"
             + "".join(sections))
     script_hash = base64.b64encode(hashlib.sha256(_SCRIPT.encode("utf-8")).digest()).decode()

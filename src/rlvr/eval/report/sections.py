@@ -165,6 +165,51 @@ def _eval_section(evals: dict[str, dict[str, Any]]) -> str:
     return f'<section id="evaluation"><h2>Held-out evaluation</h2>{"".join(parts)}</section>'
 
 
+BUDGET_KEYS = ("max_tokens", "max_nodes")
+
+
+def _search_series_labels(searches: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """A series label per file: the strategy's name, then the answer selection (when some file chose without the
+    verifier), then the settings (budget excluded) that differ between files of the same strategy."""
+    settings = {tag: {k: v for k, v in r["search"].items() if k not in BUDGET_KEYS} for tag, r in searches.items()}
+    any_oracle_free = any(st.get("select", "verifier") != "verifier" for st in settings.values())
+    labels = {}
+    for tag, st in settings.items():
+        same_name = [o for o in settings.values() if o.get("name") == st.get("name")]
+        varying = sorted(k for k in st if k not in ("name", "select") and any(o.get(k) != st[k] for o in same_name))
+        parts = [str(st.get("name", tag))]
+        if any_oracle_free:  # then say which lines used the verifier to choose
+            parts.append(f"by {st.get('select', 'verifier')}")
+        parts += [f"{k}={st[k]}" for k in varying]
+        labels[tag] = ", ".join(parts)
+    return labels
+
+
+def _search_section(searches: dict[str, dict[str, Any]]) -> str:
+    """Test-time search: the searched answer's pass@1 against the tokens spent per problem, one line per
+    strategy (points: the token budgets), and the numbers in a table."""
+    if not searches:
+        return ""
+    labels = _search_series_labels(searches)
+    series: dict[str, list[tuple[float, float | None]]] = {}
+    rows = []
+    for tag, r in sorted(searches.items(), key=lambda kv: (labels[kv[0]], kv[1]["tokens_per_problem"])):
+        series.setdefault(labels[tag], []).append((float(r["tokens_per_problem"]), float(r["solve_rate"])))
+        s = r["search"]
+        rows.append([tag, labels[tag], _fmt(s.get("max_tokens")), _fmt(r.get("num_prompts")), _pct(r["solve_rate"]),
+                     _fmt(r["tokens_per_problem"], 4), _fmt(r.get("tokens_per_solved"), 4),
+                     str(r.get("split", "heldout"))])
+    plot = svg_line_plot("Searched answer pass@1 against tokens spent", list(series.items()),
+                         xlabel="tokens generated per problem", width=620, height=300, plot_id="search_tokens",
+                         percent=True)
+    table = _table(["file", "method", "budget (tokens)", "problems", "pass@1", "tokens/problem", "tokens/solved",
+                    "split"], rows, "searches")
+    note = ('<p class="muted">Answer by verifier: the verifier scores responses during the search, an oracle; '
+            'by value / by vote: chosen without it (docs/search.md).</p>')
+    return (f'<section id="search"><h2>Test-time search</h2><div class="row"><div>{plot}</div></div>'
+            f"{table}{note}</section>")
+
+
 def _num(s: str) -> float | None:
     try:
         return float(s)
