@@ -244,7 +244,7 @@ def test_self_reward_steps_replace_the_reward_by_the_policys_own_judgement(tiny_
     out = spark.learn(batch)
     assert seen["rewards"] == pytest.approx(expected, rel=1e-5) and seen["auxiliary"] is None  # no label used
     assert [s.rewards["self_judge"] for s in batch[0].samples] == pytest.approx(expected, rel=1e-5)
-    assert out["self_reward/step"] == 1.0 and out["self_reward/mean"] == pytest.approx(sum(expected) / 2)
+    assert out["self_reward/step"] == 1.0 and out["reward/self_judge"] == pytest.approx(sum(expected) / 2)
     assert out["self_reward/agreement"] == ((expected[0] > 0.5) + (expected[1] <= 0.5)) / 2
     verdict = SparkTrainable(inner, load_config("recipes/spark.yaml", [  # type: ignore[arg-type]
         "coevolve.self_reward={signal: verdict}"]).coevolve, tok, seed=0)

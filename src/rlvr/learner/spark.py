@@ -303,14 +303,17 @@ class SparkTrainable:
         rows = [list(s.prompt_ids) + _answer(s, self.eos_id) + self.question_ids for s in samples]
         probs = self_judge(self.learner.model, rows, self.yes_id, self.no_id, self.pad_id) if rows else []
         verdict = self.cfg.self_reward is not None and self.cfg.self_reward.signal == "verdict"
-        agree = []
+        agree, values = [], []
         for s, p in zip(samples, probs):
             value = float(p > 0.5) if verdict else p
             s.rewards["self_judge"] = value
             s.reward = value
+            values.append(value)
             if s.correct is not None:
                 agree.append(float((p > 0.5) == bool(s.correct)))
-        out = {"self_reward/step": 1.0, "self_reward/mean": sum(probs) / max(len(probs), 1)}
+        # reward/self_judge is plotted beside reward/correctness (still computed, not used) by `rlvr report`
+        out = {"self_reward/step": 1.0, "reward/self_judge": sum(values) / max(len(values), 1),
+               "self_reward/p_yes": sum(probs) / max(len(probs), 1)}
         if agree:
             out["self_reward/agreement"] = sum(agree) / len(agree)  # with the (unused) verifier
         return out
