@@ -120,6 +120,10 @@ def test_a_crashing_verifier_costs_one_sample_not_the_run(tmp_path):
     assert "verifier error: ZeroDivisionError: flaky verifier" in (run / "train.log").read_text()
 
 
+# spark with every objective, and a label-free self-reward step after the first
+SPARK_ALL = ["coevolve.objectives=[pointwise, pairwise, reflection]", "coevolve.self_reward={after: 1}"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["co_evolve", "spark"])
 def test_coevolving_runs_resume_bit_exactly(tmp_path, recipe):
@@ -129,7 +133,7 @@ def test_coevolving_runs_resume_bit_exactly(tmp_path, recipe):
         return load_config(ROOT / "recipes" / f"{recipe}.yaml", [
             f"run.dir={run_dir}", "logging.progress=false", "eval.before=false", "eval.after=false",
             "train.steps=2", "train.prompts_per_step=2", "rollout.n=4", "rollout.max_new_tokens=40",
-            "checkpoint.every=0", "train.mini_batches=2", "optim.warmup_steps=1"])
+            "checkpoint.every=0", "train.mini_batches=2", "optim.warmup_steps=1"] + SPARK_ALL * (recipe == "spark"))
 
     straight = train(cfg(tmp_path / "straight"))
     interrupted = train(cfg(tmp_path / "resumed"), stop_after=1)
@@ -137,6 +141,8 @@ def test_coevolving_runs_resume_bit_exactly(tmp_path, recipe):
     a, b = _comparable(read_metrics(straight)), _comparable(read_metrics(resumed))
     assert [r["step"] for r in b] == [1, 2] and a == b
     assert any("rm/accuracy" in r for r in a), "no step had a verdict to learn from"
+    if recipe == "spark":  # step 1 trains the judge on the verifier's labels, step 2 is rewarded by it
+        assert [r["self_reward/step"] for r in a] == [0.0, 1.0] and "reward/self_judge" in a[1]
     for final in ["final"] + (["final_rm"] if recipe == "co_evolve" else []):
         wa = load_file(str(straight / final / "model.safetensors"))
         wb = load_file(str(resumed / final / "model.safetensors"))

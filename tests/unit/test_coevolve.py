@@ -12,7 +12,15 @@ import torch.nn.functional as F
 
 from rlvr.config import ConfigError, load_config
 from rlvr.learner.reward_model import RewardModelLearner, mine_group_pairs
-from rlvr.learner.spark import PointwiseJudgeObjective, SparkTrainable, pointwise_examples
+from rlvr.learner.spark import (
+    Example,
+    JudgeObjective,
+    SparkTrainable,
+    pairwise_examples,
+    pointwise_examples,
+    reflection_examples,
+    self_reward_step,
+)
 from rlvr.models import load_causal_lm
 from rlvr.models.reward_head import load_reward_model
 from rlvr.rewards.base import RewardContext
@@ -58,7 +66,10 @@ def test_judge_loss_shares_add_up_to_the_hand_computed_mean_nll(tiny_model_dir):
                for ids, lab in examples]
         says_yes = [bool(model(torch.tensor([ids])).logits[0, -1, yes] > model(torch.tensor([ids])).logits[0, -1, no])
                     for ids, _ in examples]
-    obj = PointwiseJudgeObjective(examples, yes, no, pad_id=0, coef=coef)
+    def pointwise(rows):
+        return [Example("pointwise", ids, [yes if lab else no], lab, no if lab else yes) for ids, lab in rows]
+
+    obj = JudgeObjective(pointwise(examples), pad_id=0, coef=coef)
     total = obj.backward(model, 0, 2) + obj.backward(model, 1, 2)  # two mini-batches: rows 0, 2 then row 1
     assert total == pytest.approx(coef * sum(nll) / 3, rel=1e-5)
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
@@ -70,7 +81,7 @@ def test_judge_loss_shares_add_up_to_the_hand_computed_mean_nll(tiny_model_dir):
     assert m["rm/examples"] == 3
     # coef 0: measured, not trained
     model.zero_grad(set_to_none=True)
-    obj0 = PointwiseJudgeObjective(examples, yes, no, pad_id=0, coef=0.0)
+    obj0 = JudgeObjective(pointwise(examples), pad_id=0, coef=0.0)
     assert obj0.backward(model, 0, 1) == 0.0
     assert all(p.grad is None for p in model.parameters())
     assert obj0.metrics()["rm/accuracy"] == m["rm/accuracy"]
@@ -133,3 +144,131 @@ def test_spark_verdicts_must_start_with_different_tokens(tiny_model_dir):
     inner = SimpleNamespace(learner=None, pad_id=0)
     with pytest.raises(ConfigError, match="coevolve.yes_text / no_text"):
         SparkTrainable(inner, cfg.coevolve, load_tokenizer(tiny_model_dir), seed=0)  # type: ignore[arg-type]
+
+
+# -- SPARK's pairwise and reflection objectives, label-free self-reward ----------------------------------------
+
+GLUE = ([70], [71], [72])  # ids before answer A, before answer B, and the question
+
+
+def test_pairwise_examples_pair_each_correct_with_each_incorrect_answer_in_a_seeded_order():
+    # end token 0; [1, 0] twice (counted once), two distinct wrong answers, a None verdict; a one-class group
+    g = _group(0, [([1, 0], True), ([2, 0], False), ([1, 0], True), ([3, 0], False), ([4, 0], None)])
+    one_class = _group(1, [([7, 0], True), ([8, 0], True)], prompt=(9,))
+    orders = set()
+    for seed in range(12):
+        ex = pairwise_examples([g, one_class], GLUE, eos_id=0, max_examples=8, max_per_group=8, seed=seed)
+        assert len(ex) == 2 and ex == pairwise_examples([g, one_class], GLUE, 0, 8, 8, seed)  # seeded
+        wrongs = set()
+        for ids, correct_first in ex:
+            a, b = ids[3], ids[5]
+            assert ids == [5, 6, 70, a, 71, b, 72]  # prompt, A-glue, answer A, B-glue, answer B, question
+            correct, wrong = (a, b) if correct_first else (b, a)
+            assert correct == 1  # the label names the correct answer's position
+            wrongs.add(wrong)
+            orders.add(correct_first)
+        assert wrongs == {2, 3}  # exactly the two (correct, incorrect) pairs
+    assert orders == {0, 1}  # the position of the correct answer varies with the seed
+    assert len(pairwise_examples([g], GLUE, 0, max_examples=8, max_per_group=1, seed=0)) == 1
+    assert len(pairwise_examples([g, g], GLUE, 0, max_examples=3, max_per_group=8, seed=0)) == 3
+
+
+def test_reflection_examples_revise_each_wrong_answer_to_a_correct_one_of_its_group():
+    g = _group(0, [([2, 0], False), ([1, 0], True), ([2, 0], False), ([3], False)])
+    no_correct = _group(1, [([4, 0], False)], prompt=(9,))
+    ex = reflection_examples([g, no_correct], reflection_ids=[80, 81], eos_id=0, max_examples=8, seed=0)
+    # the wrong answer (end token dropped, duplicates once) + reflection text -> the correct answer, end token kept
+    assert sorted(ex) == [([5, 6, 2, 80, 81], [1, 0]), ([5, 6, 3, 80, 81], [1, 0])]
+    assert len(reflection_examples([g], [80], 0, max_examples=1, seed=0)) == 1
+
+
+def test_judge_objective_weighs_each_objective_as_its_mean_nll(tiny_model_dir):
+    model = load_causal_lm(tiny_model_dir)
+    examples = [Example("pointwise", [5, 6, 7], [40], 1, 41), Example("pointwise", [9, 10], [41], 0, 40),
+                Example("pairwise", [5, 70, 8, 71, 9, 72], [50], 1, 51),
+                Example("reflection", [5, 8, 80], [12, 13, 0])]
+    with torch.no_grad():  # by hand: each row alone, the mean NLL of its target tokens
+        def nll(ex):
+            logits = model(torch.tensor([ex.context + ex.target[:-1]])).logits[0, len(ex.context) - 1:]
+            return float(F.cross_entropy(logits, torch.tensor(ex.target)))
+        point = (nll(examples[0]) + nll(examples[1])) / 2
+        pair, reflect = nll(examples[2]), nll(examples[3])
+        first = model(torch.tensor([examples[2].context])).logits[0, -1]
+    obj = JudgeObjective(examples, pad_id=0, coef=0.25)
+    total = sum(obj.backward(model, j, 3) for j in range(3))
+    assert total == pytest.approx(0.25 * (point + pair + reflect), rel=1e-5)
+    m = obj.metrics()
+    assert m["rm/examples"] == 2 and m["rm/pairwise_examples"] == 1 and m["rm/reflection_examples"] == 1
+    assert m["rm/pairwise_accuracy"] == float(first[50] > first[51])
+    assert m["rm/pairwise_accuracy_first"] == m["rm/pairwise_accuracy"] and "rm/pairwise_accuracy_second" not in m
+    assert m["rm/reflection_loss"] == pytest.approx(reflect, rel=1e-5) and "rm/reflection_accuracy" not in m
+
+
+def test_self_reward_steps_replace_the_reward_by_the_policys_own_judgement(tiny_model_dir):
+    from rlvr.models import load_tokenizer
+
+    cfg = load_config("recipes/spark.yaml", ["coevolve.self_reward={after: 2, share: 1.0}"]).coevolve
+    assert [self_reward_step(cfg, 0, s) for s in (1, 2, 3, 4)] == [False, False, True, True]
+    half = load_config("recipes/spark.yaml", ["coevolve.self_reward={share: 0.5}"]).coevolve
+    picks = [self_reward_step(half, 0, s) for s in range(1, 201)]
+    assert 60 < sum(picks) < 140 and picks == [self_reward_step(half, 0, s) for s in range(1, 201)]
+
+    model, tok = load_causal_lm(tiny_model_dir), load_tokenizer(tiny_model_dir)
+    seen = {}
+    learner = SimpleNamespace(model=model, updates=0, auxiliary=None)
+
+    def inner_learn(groups):
+        seen["rewards"] = [s.reward for g in groups for s in g.samples]
+        seen["auxiliary"] = learner.auxiliary
+        return {"loss": 0.0}
+
+    inner = SimpleNamespace(learner=learner, pad_id=0, learn=inner_learn)
+    spark = SparkTrainable(inner, cfg, tok, seed=0)  # type: ignore[arg-type]
+    eos = tok.eos_token_id
+
+    def groups():
+        g = _group(0, [([40, 41, eos], True), ([42], False)])
+        for s in g.samples:
+            s.reward = float(s.correct)
+        return [g]
+
+    out = spark.learn(groups())  # step 1: the verifier's reward, the judge trains
+    assert seen["rewards"] == [1.0, 0.0] and seen["auxiliary"] is not None and out["self_reward/step"] == 0.0
+    learner.updates = 2  # step 3: label-free
+    with torch.no_grad():  # by hand: p(yes) / (p(yes) + p(no)) after prompt + answer (no end token) + question
+        def p_yes(answer):
+            last = model(torch.tensor([[5, 6] + answer + spark.question_ids])).logits[0, -1]
+            return float(torch.softmax(last[[spark.yes_id, spark.no_id]], dim=-1)[0])
+        expected = [p_yes([40, 41]), p_yes([42])]
+    batch = groups()
+    out = spark.learn(batch)
+    assert seen["rewards"] == pytest.approx(expected, rel=1e-5) and seen["auxiliary"] is None  # no label used
+    assert [s.rewards["self_judge"] for s in batch[0].samples] == pytest.approx(expected, rel=1e-5)
+    assert out["self_reward/step"] == 1.0 and out["reward/self_judge"] == pytest.approx(sum(expected) / 2)
+    assert out["self_reward/agreement"] == ((expected[0] > 0.5) + (expected[1] <= 0.5)) / 2
+    verdict = SparkTrainable(inner, load_config("recipes/spark.yaml", [  # type: ignore[arg-type]
+        "coevolve.self_reward={signal: verdict}"]).coevolve, tok, seed=0)
+    verdict.learn(groups())
+    assert seen["rewards"] == [float(p > 0.5) for p in expected]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["coevolve.objectives=[]"], "give at least one of pointwise, pairwise, reflection"),
+    (["coevolve.objectives=[pointwise, pointwise]"], "listed more than once"),
+    (["coevolve.objectives=[pointwise, listwise]"], "coevolve.objectives"),
+    (["coevolve.mode=co_evolve", "coevolve.self_reward={after: 5}"], "set coevolve.mode=spark"),
+    (["coevolve.self_reward={share: 1.5}"], "coevolve.self_reward.share"),
+])
+def test_bad_spark_objectives_and_self_reward_name_the_fix(overrides, message):
+    with pytest.raises(ConfigError) as err:
+        load_config("recipes/spark.yaml", overrides)
+    assert message in str(err.value)
+
+
+def test_spark_pair_labels_must_start_with_different_tokens(tiny_model_dir):
+    from rlvr.models import load_tokenizer
+
+    cfg = load_config("recipes/spark.yaml", ["coevolve.pair_labels=[Ay, Ab]"])
+    with pytest.raises(ConfigError, match="coevolve.pair_labels"):
+        SparkTrainable(SimpleNamespace(learner=None, pad_id=0), cfg.coevolve,  # type: ignore[arg-type]
+                       load_tokenizer(tiny_model_dir), seed=0)

@@ -158,11 +158,11 @@ def test_a_coevolving_reward_model_gets_its_accuracy_chart(tmp_path):
     for i, row in enumerate(rows):
         row.update({"reward/correctness": 0.5, "reward/learned_rm": 0.4})
         if i % 2 == 0:  # refreshed every other step (coevolve.every=2)
-            row.update({"rm/accuracy": 0.6, "rm/margin": 0.1})
+            row.update({"rm/accuracy": 0.6, "rm/margin": 0.1, "rm/pairwise_accuracy": 0.5})
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     page = write_report(run_dir).read_text()
     chart = re.search(r'<svg[^>]*data-plot="rm_accuracy".*?</svg>', page, re.S)
-    assert chart and "accuracy" in chart.group(0)
+    assert chart and "accuracy" in chart.group(0) and "pairwise_accuracy" in chart.group(0)
     components = re.search(r'<svg[^>]*data-plot="reward_components".*?</svg>', page, re.S)
     assert components and "learned_rm" in components.group(0) and "correctness" in components.group(0)
 

@@ -100,6 +100,9 @@ def coevolve_problems(cfg: Config) -> list[str]:
                         "set coevolve.mode=co_evolve (or score with a trained one: {name: reward_model, path: ...})")
     if co is None:
         return problems
+    if co.self_reward is not None and co.mode != "spark":
+        problems.append("coevolve.self_reward: label-free steps read the policy's own judgement, which only "
+                        "coevolve.mode=spark trains; set coevolve.mode=spark or remove coevolve.self_reward")
     if "correctness" not in names:
         problems.append(f"coevolve.mode: {co.mode} learns from the verifier's labels, and rewards has no "
                         f"`correctness` ({', '.join(names)}); add {{name: correctness, weight: 0}} to log them "

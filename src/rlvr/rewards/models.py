@@ -108,6 +108,32 @@ DEFAULT_JUDGE_TEMPLATE = (
 )
 
 
+DEFAULT_META_TEMPLATE = (
+    "{question}\nJudgement: {response}\nIs this judgement right? Answer yes or no.\nAnswer:"
+)
+
+
+def meta_rm_vote(scores: list[float | None], meta: list[float] | None, keep: int | None,
+                 vote: Literal["mean", "majority"]) -> float | None:
+    """Meta-RM-guided voting over k sampled judgements of one response (DeepSeek-GRM / SPCT, arXiv:2504.02495,
+    section 4): rank the judgements by their meta-RM score (highest first; ties, and no meta-RM: sample order),
+    keep the first `keep` (None: all), drop those with no parsed score, then vote:
+
+        mean:      (1 / |K|) * sum_{j in K} s_j                      (the paper's sum of scores, divided by |K|)
+        majority:  the most frequent s_j in K; a tie goes to the value whose best-ranked judgement ranks first
+
+    Returns None when no kept judgement has a score."""
+    order = sorted(range(len(scores)), key=lambda j: -meta[j]) if meta is not None else list(range(len(scores)))
+    kept = [scores[j] for j in order[: keep if keep is not None else len(order)]]
+    valid = [v for v in kept if v is not None]
+    if not valid:
+        return None
+    if vote == "mean":
+        return sum(valid) / len(valid)
+    counts = {v: valid.count(v) for v in valid}  # insertion order = best rank first
+    return max(counts, key=lambda v: counts[v])  # max keeps the first of equal counts
+
+
 @REWARDS.register("judge")
 class GenerativeJudgeReward:
     """A local causal LM judges each response.
@@ -116,18 +142,44 @@ class GenerativeJudgeReward:
       after the prompt, with `yes`/`no` the first tokens of `yes_text`/`no_text`.
     - `mode: score`: the judge generates up to `max_new_tokens` greedily; the first number in its output,
       divided by `score_max` and clipped to [0, 1], is the reward (0 if there is none).
+    - `mode: score` with `samples: k > 1` (DeepSeek-GRM's inference-time scaling): k judgements sampled at
+      `temperature` (seeded by `seed` and the call count), optionally ranked by a meta reward model
+      (`meta_path`: a `reward_model` directory scoring (judge prompt, judgement), or with `meta_kind: judge`
+      a causal LM's P(yes) under `meta_template`), the best `meta_keep` kept, and their scores voted
+      (`vote: mean | majority`, see `meta_rm_vote`) before dividing by `score_max`.
     The prompt `template` may use {question}, {response} and {answer} (the task's reference, or "unknown").
     """
 
     def __init__(self, *, path: str, template: str = DEFAULT_JUDGE_TEMPLATE, mode: Literal["prob", "score"] = "prob",
                  yes_text: str = " yes", no_text: str = " no", score_max: Annotated[float, Field(gt=0)] = 10.0,
                  max_new_tokens: Annotated[int, Field(ge=1)] = 8, batch_size: Annotated[int, Field(ge=1)] = 8,
-                 device: str = "auto"):
+                 device: str = "auto", samples: Annotated[int, Field(ge=1)] = 1,
+                 temperature: Annotated[float, Field(gt=0)] = 1.0, seed: int = 0,
+                 meta_path: str | None = None, meta_kind: Literal["reward_model", "judge"] = "reward_model",
+                 meta_template: str = DEFAULT_META_TEMPLATE, meta_keep: Annotated[int, Field(ge=1)] | None = None,
+                 vote: Literal["mean", "majority"] = "mean"):
+        from rlvr.errors import ConfigError
+
+        if mode == "prob" and (samples > 1 or meta_path is not None or meta_keep is not None):
+            raise ConfigError("rewards.judge: samples, meta_path and meta_keep vote over sampled score "
+                              "judgements; set mode: score (mode: prob reads one deterministic P(yes))")
+        if meta_keep is not None and meta_keep > samples:
+            raise ConfigError(f"rewards.judge.meta_keep: {meta_keep} is more than samples ({samples}); keep at "
+                              "most as many judgements as are sampled")
+        if meta_keep is not None and meta_path is None:
+            raise ConfigError("rewards.judge.meta_keep: keeping the top judgements needs a meta reward model; set "
+                              "meta_path (a reward_model directory, or a causal LM with meta_kind: judge)")
         self.model, self.tokenizer = _load(path, "judge", device)
         self.template, self.mode = template, mode
         self.yes_id = self._first_token(yes_text)
         self.no_id = self._first_token(no_text)
         self.score_max, self.max_new_tokens, self.batch_size = score_max, max_new_tokens, batch_size
+        self.samples, self.temperature, self.seed, self.calls = samples, temperature, seed, 0
+        self.meta_keep, self.vote, self.meta_template = meta_keep, vote, meta_template
+        self.meta: Any = None
+        if meta_path is not None:
+            self.meta = (SequenceClassifierReward(path=meta_path, device=device) if meta_kind == "reward_model"
+                         else GenerativeJudgeReward(path=meta_path, device=device, template=meta_template))
 
     def _first_token(self, text: str) -> int:
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -136,31 +188,75 @@ class GenerativeJudgeReward:
         return int(ids[0])
 
     def prompts(self, group: Group) -> list[str]:
+        return [render_exchange(self.tokenizer, text) for text in self.prompt_texts(group)]
+
+    def prompt_texts(self, group: Group) -> list[str]:
         answer = group.record.answer if group.record.answer is not None else "unknown"
-        return [render_exchange(self.tokenizer, self.template.format(question=group.record.question, response=s.text,
-                                                             answer=answer)) for s in group.samples]
+        return [self.template.format(question=group.record.question, response=s.text, answer=answer)
+                for s in group.samples]
+
+    def score_texts(self, questions: list[str], responses: list[str]) -> list[float]:
+        """As a meta reward model: P(yes) that `response` (a judgement) is right about `question` (its prompt)."""
+        return self.judge([render_exchange(self.tokenizer, self.template.format(question=q, response=r,
+                                                                                answer="unknown"))
+                           for q, r in zip(questions, responses)])
 
     @torch.no_grad()
-    def judge(self, prompts: list[str]) -> list[float]:
+    def generate(self, prompts: list[str], k: int) -> list[list[str]]:
+        """k judgements of each prompt: greedy when k is 1, else sampled at `temperature` (seeded)."""
+        device = next(self.model.parameters()).device
+        self.tokenizer.padding_side = "left"
+        out: list[list[str]] = []
+        sample = k > 1
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed * 1_000_003 + self.calls)
+            self.calls += 1
+            for start in range(0, len(prompts), self.batch_size):
+                enc = self.tokenizer(prompts[start : start + self.batch_size], padding=True, return_tensors="pt",
+                                     add_special_tokens=False).to(device)
+                extra = {"do_sample": True, "temperature": self.temperature, "top_k": 0} if sample \
+                    else {"do_sample": False}
+                gen = self.model.generate(**enc, max_new_tokens=self.max_new_tokens, num_return_sequences=k,
+                                          pad_token_id=self.tokenizer.pad_token_id, **extra)
+                texts = [self.tokenizer.decode(row, skip_special_tokens=True)
+                         for row in gen[:, enc["input_ids"].shape[1]:]]
+                out.extend(texts[i : i + k] for i in range(0, len(texts), k))
+        return out
+
+    @staticmethod
+    def parse_score(text: str) -> float | None:
+        m = re.search(r"-?\d+(?:\.\d+)?", text)
+        value = float(m.group()) if m else None
+        return value if value is not None and math.isfinite(value) else None
+
+    @torch.no_grad()
+    def judge(self, prompts: list[str], plain: list[str] | None = None) -> list[float]:
+        if self.mode == "score":
+            return self.vote_scores(prompts, plain if plain is not None else prompts)
         device = next(self.model.parameters()).device
         self.tokenizer.padding_side = "left"
         out: list[float] = []
         for start in range(0, len(prompts), self.batch_size):
             enc = self.tokenizer(prompts[start : start + self.batch_size], padding=True, return_tensors="pt",
                                  add_special_tokens=False).to(device)
-            if self.mode == "prob":
-                logits = self.model(**enc).logits[:, -1].float()
-                pair = torch.log_softmax(logits[:, [self.yes_id, self.no_id]], dim=-1).exp()
-                out.extend(pair[:, 0].tolist())
-            else:
-                gen = self.model.generate(**enc, max_new_tokens=self.max_new_tokens, do_sample=False,
-                                          pad_token_id=self.tokenizer.pad_token_id)
-                for row in gen[:, enc["input_ids"].shape[1]:]:
-                    text = self.tokenizer.decode(row, skip_special_tokens=True)
-                    m = re.search(r"-?\d+(?:\.\d+)?", text)
-                    value = float(m.group()) / self.score_max if m else 0.0
-                    out.append(min(1.0, max(0.0, value)) if math.isfinite(value) else 0.0)
+            logits = self.model(**enc).logits[:, -1].float()
+            pair = torch.log_softmax(logits[:, [self.yes_id, self.no_id]], dim=-1).exp()
+            out.extend(pair[:, 0].tolist())
+        return out
+
+    def vote_scores(self, prompts: list[str], plain: list[str]) -> list[float]:
+        """Score mode: k judgements per prompt, meta-RM ranking when set, the vote, / score_max in [0, 1]."""
+        judgements = self.generate(prompts, self.samples)
+        self.last_judgements = judgements
+        out: list[float] = []
+        for question, texts in zip(plain, judgements):
+            scores = [self.parse_score(t) for t in texts]
+            meta = self.meta.score_texts([question] * len(texts), texts) if self.meta is not None else None
+            value = meta_rm_vote(scores, meta, self.meta_keep, self.vote)
+            out.append(0.0 if value is None else min(1.0, max(0.0, value / self.score_max)))
         return out
 
     def __call__(self, group: Group, task: Any) -> list[RewardOutput]:
-        return [RewardOutput(v, f"judge {self.mode} {v:.3f}") for v in self.judge(self.prompts(group))]
+        plain = self.prompt_texts(group)
+        values = self.judge([render_exchange(self.tokenizer, t) for t in plain], plain)
+        return [RewardOutput(v, f"judge {self.mode} {v:.3f}") for v in values]

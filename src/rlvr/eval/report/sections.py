@@ -75,7 +75,8 @@ def _curves_section(metrics: list[dict[str, Any]]) -> str:
         plots.append(svg_line_plot("Reward components", [(k[7:], _metric_series(metrics, k)) for k in components],
                                    plot_id="reward_components"))
     # a reward model learning beside the policy (coevolve): its accuracy on each refresh's fresh examples
-    judged = [k for k in ("rm/accuracy", "rm/accuracy_correct", "rm/accuracy_incorrect") if k in keys]
+    judged = [k for k in ("rm/accuracy", "rm/accuracy_correct", "rm/accuracy_incorrect", "rm/pairwise_accuracy",
+                          "rm/pairwise_accuracy_first", "rm/pairwise_accuracy_second") if k in keys]
     if judged:
         plots.append(svg_line_plot("Co-evolving reward model: accuracy on fresh rollouts",
                                    [(k[3:], _metric_series(metrics, k)) for k in judged], plot_id="rm_accuracy",
