@@ -1,4 +1,4 @@
-"""The `rlvr` command line: train, sft, rm, eval, config."""
+"""The `rlvr` command line: train, sft, rm, prm, eval, config."""
 
 from __future__ import annotations
 
@@ -161,6 +161,29 @@ def rm(args: Annotated[list[str], typer.Argument(help=ARGS_HELP, show_default=Fa
     try:
         recipe, overrides = _split_args(args)
         run_rm(load_config(recipe, overrides, schema=RMConfig))
+    except _user_errors() as err:
+        _fail(err)
+
+
+@app.command()
+def prm(args: Annotated[list[str], typer.Argument(help=ARGS_HELP, show_default=False)]) -> None:
+    """Train a process reward model (ER-PRM): label step prefixes by rollouts of the initial policy, then a
+    per-step head.
+
+    Samples label.solutions solutions to label.prompts training prompts with model.path, rolls out
+    label.rollouts completions from every step prefix, labels each step with the entropy-regularized value
+    (label.eta), and trains a per-token scalar head on the same model. Prints held-out step accuracy and
+    best-of-n selection; writes <run dir>/labels.jsonl and <run dir>/final, which
+    `rewards: [{name: prm, path: <run dir>/final}]` loads.
+
+    Example: rlvr prm recipes/prm_er.yaml label.prompts=64 train.steps=200
+    """
+    from rlvr.config import PRMConfig, load_config
+    from rlvr.rm.prm import run_prm
+
+    try:
+        recipe, overrides = _split_args(args)
+        run_prm(load_config(recipe, overrides, schema=PRMConfig))
     except _user_errors() as err:
         _fail(err)
 
