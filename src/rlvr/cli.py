@@ -348,13 +348,15 @@ def config_show(
     args: Annotated[list[str], typer.Argument(help=ARGS_HELP, show_default=False)],
     sft: Annotated[bool, typer.Option("--sft", help="Read it as an SFT config.")] = False,
     rm: Annotated[bool, typer.Option("--rm", help="Read it as a reward-model (rlvr rm) config.")] = False,
+    prm: Annotated[bool, typer.Option("--prm", help="Read it as a process-reward-model (rlvr prm) config.")] = False,
 ) -> None:
     """Print the fully resolved config (every default filled in) as YAML."""
-    from rlvr.config import Config, RMConfig, SFTConfig, dump_config, load_config
+    from rlvr.config import Config, PRMConfig, RMConfig, SFTConfig, dump_config, load_config
 
     try:
         recipe, overrides = _split_args(args)
-        cfg = load_config(recipe, overrides, schema=SFTConfig if sft else RMConfig if rm else Config)
+        schema = SFTConfig if sft else RMConfig if rm else PRMConfig if prm else Config
+        cfg = load_config(recipe, overrides, schema=schema)
         typer.echo(dump_config(cfg), nl=False)
     except _user_errors() as err:
         _fail(err)

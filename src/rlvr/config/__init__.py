@@ -21,8 +21,8 @@ from rlvr.config.distributed import DistributedConfig
 from rlvr.config.loading import dump_config, format_validation_error, info, load_config, read_yaml, validate
 from rlvr.config.model import LoraSpec, ModelConfig
 from rlvr.config.overrides import apply_overrides, drop_stale_parameters, parse_override
-from rlvr.config.registries import resolve_components
 from rlvr.config.prm import PRMConfig
+from rlvr.config.registries import resolve_components
 from rlvr.config.rm import RMConfig, RMDataConfig, RMLossConfig, RMTrainConfig
 from rlvr.config.rollout import RolloutConfig
 from rlvr.config.run import CheckpointConfig, EvalConfig, LoggingConfig, RunConfig
