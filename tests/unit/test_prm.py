@@ -180,8 +180,8 @@ def test_prm_component_puts_step_scores_on_step_ends(tmp_path):
     RewardFunction([("correctness", 1.0, build_component("correctness", {"workers": 0}, None, "r")),
                     ("prm", 0.5, comp)], tokenizer=tok)([group], task)
     a = samples[0]
-    # the step ends: the characters before each '|' (7, 16, 27, 38) are tokens 6, 15, 26, 37 (one char a token)
-    assert a.step_ends == [6, 15, 26, 37]
+    # the steps end at characters 7, 17, 30, 43 (before each '|'): tokens 6, 16, 29, 42 (one char a token)
+    assert a.step_ends == [6, 16, 29, 42]
     with torch.no_grad():
         logits = token_logits(model, [prompt + a.response_ids], int(tok.pad_token_id), torch.device("cpu"))[0]
     probs = torch.sigmoid(logits[[len(prompt) + k for k in a.step_ends]]).tolist()
