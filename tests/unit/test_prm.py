@@ -172,7 +172,7 @@ def test_prm_component_puts_step_scores_on_step_ends(tmp_path):
     task = AdditionTask(eval_size=10)
     rec = TaskRecord(id="r", question="4821+397", answer="5218", meta={"a": 4821, "b": 397})
     good, _ = worked_solution(4821, 397)  # 1+7=8;8|2+9=11;18|8+3+1=12;218|4+0+1=5;5218|A:5218
-    texts = [good, "no steps here"]
+    texts = [good, "A:5218"]  # the second: an answer line, no steps
     prompt = list(tok("4821+397=")["input_ids"])
     samples = [Sample(prompt_ids=prompt, response_ids=list(tok(t)["input_ids"]), text=t) for t in texts]
     group = Group(rec, prompt, samples)
