@@ -197,3 +197,13 @@ def test_er_prm_recipe_loads_and_prm_needs_a_step_task():
         load_config(ROOT / "recipes/er_prm.yaml", ["task.name=guess_number"])
     prm_cfg = load_config(ROOT / "recipes/prm_er.yaml", [], schema=PRMConfig)
     assert prm_cfg.label.eta == 2.0 and prm_cfg.label.rollouts == 8
+
+
+def test_relabel_reaggregates_stored_rollouts_with_another_eta():
+    from rlvr.rm.prm import relabel
+
+    rows = [{"eta": 2.0, "steps": [{"rewards": [1.0, 0.0, 0.0, 0.0], "value": er([1.0, 0.0, 0.0, 0.0], 2.0)}]}]
+    assert relabel(rows, 0.0)[0]["steps"][0]["value"] == 0.25 and rows[0]["eta"] == 0.0  # soft: the mean
+    assert relabel(rows, math.inf)[0]["steps"][0]["value"] == 1.0  # hard: the max
+    with pytest.raises(ConfigError, match="label.eta"):
+        relabel([{"steps": [{"value": 0.5}]}], 0.0)

@@ -26,7 +26,8 @@ class PRMLabelConfig(Strict):
     rollouts: int = Field(8, ge=1, description="m: completions rolled out from each step prefix.")
     eta: float = Field(2.0, ge=0, description="eta of the entropy-regularized value v = (1/eta) log mean exp(eta "
                        "r_j). 0: the mean (soft Monte Carlo label); .inf: the max (hard label). Default 2 (ER-PRM's main "
-                       "setting as we recall it; not re-checked against the paper's text).")
+                       "setting as we recall it; not re-checked against the paper's text). With label.path: when it differs "
+                       "from the file's eta, the file's stored rollout rewards are re-aggregated (no new sampling).")
     only: bool = Field(False, description="Stop after writing the labels (no PRM training).")
 
     @field_validator("eta")

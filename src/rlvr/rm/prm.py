@@ -35,7 +35,7 @@ from rlvr.errors import ConfigError
 from rlvr.learner.optim import build_optimizer, build_scheduler
 from rlvr.models import ModelError, check_vocab, load_causal_lm, load_tokenizer, resolve_device, resolve_dtype
 from rlvr.models.reward_head import load_step_reward_model, token_logits
-from rlvr.rm.prm_label import label_solutions, read_labels, write_labels
+from rlvr.rm.prm_label import entropy_regularized_value, label_solutions, read_labels, write_labels
 from rlvr.rollout import SamplingParams, build_engine
 from rlvr.runtime import (
     ProgressReporter,
@@ -151,6 +151,19 @@ def evaluate_prm(model: Any, examples: list[StepExample], pad_id: int, device: t
     return out
 
 
+def relabel(rows: list[dict[str, Any]], eta: float) -> list[dict[str, Any]]:
+    """The same rollouts aggregated with another eta: v_t recomputed from each step's stored rewards (no new
+    sampling), so eta = 0 (soft), 2 and inf (hard) labels can be compared on one labelling pass."""
+    for n, row in enumerate(rows, 1):
+        for step in row["steps"]:
+            if "rewards" not in step:
+                raise ConfigError(f"label.eta: row {n} of label.path has no stored rollout rewards to re-aggregate "
+                                  "with another eta; drop label.eta or label again")
+            step["value"] = entropy_regularized_value(step["rewards"], eta)
+        row["eta"] = eta
+    return rows
+
+
 def label_phase(cfg: PRMConfig, run_dir: Path, task: Any, tokenizer: Any, device: torch.device) -> Path:
     """Sample and label as `cfg.label` says; returns the labels file."""
     if not callable(getattr(task, "reasoning_steps", None)):
@@ -190,6 +203,10 @@ def run_prm(cfg: PRMConfig) -> Path:
     tokenizer = load_tokenizer(cfg.model.tokenizer_path or cfg.model.path, trust_remote_code=cfg.model.trust_remote_code)
     task = build_task(cfg.task.name, cfg.task.params)
     rows = read_labels(cfg.label.path) if cfg.label.path is not None else None
+    if rows is not None and rows[0].get("eta", cfg.label.eta) != cfg.label.eta:
+        console.print(f"Re-aggregating the stored rollouts of {cfg.label.path} (eta {rows[0]['eta']}) with "
+                      f"label.eta {cfg.label.eta}")
+        rows = relabel(rows, cfg.label.eta)
     run_dir = prepare_run_dir(cfg, resume=False)
     handler = attach_log_file(run_dir)
     try:
