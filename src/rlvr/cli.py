@@ -1,4 +1,4 @@
-"""The `rlvr` command line: train, sft, rm, eval, config."""
+"""The `rlvr` command line: train, sft, rm, prm, eval, config."""
 
 from __future__ import annotations
 
@@ -161,6 +161,29 @@ def rm(args: Annotated[list[str], typer.Argument(help=ARGS_HELP, show_default=Fa
     try:
         recipe, overrides = _split_args(args)
         run_rm(load_config(recipe, overrides, schema=RMConfig))
+    except _user_errors() as err:
+        _fail(err)
+
+
+@app.command()
+def prm(args: Annotated[list[str], typer.Argument(help=ARGS_HELP, show_default=False)]) -> None:
+    """Train a process reward model (ER-PRM): label step prefixes by rollouts of the initial policy, then a
+    per-step head.
+
+    Samples label.solutions solutions to label.prompts training prompts with model.path, rolls out
+    label.rollouts completions from every step prefix, labels each step with the entropy-regularized value
+    (label.eta), and trains a per-token scalar head on the same model. Prints held-out step accuracy and
+    best-of-n selection; writes <run dir>/labels.jsonl and <run dir>/final, which
+    `rewards: [{name: prm, path: <run dir>/final}]` loads.
+
+    Example: rlvr prm recipes/prm_er.yaml label.prompts=64 train.steps=200
+    """
+    from rlvr.config import PRMConfig, load_config
+    from rlvr.rm.prm import run_prm
+
+    try:
+        recipe, overrides = _split_args(args)
+        run_prm(load_config(recipe, overrides, schema=PRMConfig))
     except _user_errors() as err:
         _fail(err)
 
@@ -332,13 +355,15 @@ def config_show(
     args: Annotated[list[str], typer.Argument(help=ARGS_HELP, show_default=False)],
     sft: Annotated[bool, typer.Option("--sft", help="Read it as an SFT config.")] = False,
     rm: Annotated[bool, typer.Option("--rm", help="Read it as a reward-model (rlvr rm) config.")] = False,
+    prm: Annotated[bool, typer.Option("--prm", help="Read it as a process-reward-model (rlvr prm) config.")] = False,
 ) -> None:
     """Print the fully resolved config (every default filled in) as YAML."""
-    from rlvr.config import Config, RMConfig, SFTConfig, dump_config, load_config
+    from rlvr.config import Config, PRMConfig, RMConfig, SFTConfig, dump_config, load_config
 
     try:
         recipe, overrides = _split_args(args)
-        cfg = load_config(recipe, overrides, schema=SFTConfig if sft else RMConfig if rm else Config)
+        schema = SFTConfig if sft else RMConfig if rm else PRMConfig if prm else Config
+        cfg = load_config(recipe, overrides, schema=schema)
         typer.echo(dump_config(cfg), nl=False)
     except _user_errors() as err:
         _fail(err)

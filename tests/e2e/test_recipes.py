@@ -14,8 +14,8 @@ from rlvr.tracking import read_metrics
 from rlvr.trainer.loop import train
 
 ROOT = Path(__file__).resolve().parents[2]
-RECIPES = sorted(p for p in (ROOT / "recipes").glob("*.yaml")  # `rlvr sft` (a data section) / `rlvr rm` recipes out
-                 if not p.name.startswith(("sft_", "rm_")) and not re.search(r"^data:", p.read_text(), re.M))
+RECIPES = sorted(p for p in (ROOT / "recipes").glob("*.yaml")  # `rlvr sft` (a data section) / `rlvr rm`, `rlvr prm` out
+                 if not p.name.startswith(("sft_", "rm_", "prm_")) and not re.search(r"^data:", p.read_text(), re.M))
 
 
 def test_the_algorithm_library_recipes_exist():
@@ -51,6 +51,10 @@ def test_recipe_trains_without_nan(recipe, tmp_path):
     if str(model_path).startswith("runs/") and not (ROOT / model_path).exists():
         # a model a script or an earlier stage builds (the tool model, LMM-R1's stage 1): use the base
         overrides.append("model.path=builtin-vl" if vision else "model.path=builtin")
+    for i, r in enumerate(shipped.rewards):  # a reward model an earlier stage trains (er_prm's PRM): a fresh head
+        path = r.params.get("path")
+        if isinstance(path, str) and path.startswith("runs/") and not (ROOT / path).exists():
+            overrides.append(f"rewards.{i}.path=builtin")
     cfg = load_config(recipe, overrides)
     run = train(cfg)
     metrics = read_metrics(run)

@@ -17,7 +17,7 @@ import typer.main
 from typer.testing import CliRunner
 
 from rlvr.cli import _eval_overrides, _split_args, app
-from rlvr.config import Config, RMConfig, SFTConfig, load_config
+from rlvr.config import Config, PRMConfig, RMConfig, SFTConfig, load_config
 
 try:  # typer >= 0.29 carries its own copy of click
     import typer._click as click  # type: ignore[import-not-found]
@@ -27,7 +27,7 @@ except ImportError:  # pragma: no cover
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
-SUBCOMMANDS = {"train", "sft", "rm", "eval", "config", "sweep", "report", "compare"}
+SUBCOMMANDS = {"train", "sft", "rm", "prm", "eval", "config", "sweep", "report", "compare"}
 # how the docs spell a placeholder -> a stand-in that parses (recipes and models resolve to shipped ones)
 PLACEHOLDERS = {"RECIPE...": "recipes/grpo.yaml", "RECIPE": "recipes/grpo.yaml", "recipes/NAME.yaml": "recipes/grpo.yaml",
                 "MODEL_DIR": "builtin", "BASE": "builtin", "TRAINED": "builtin", "RUN_DIR": "runs/placeholder",
@@ -49,11 +49,14 @@ class DocCommand:
         out: list[str] = []
         sft = words[start + 1:start + 2] == ["sft"]
         rm = words[start + 1:start + 2] == ["rm"]
+        prm = words[start + 1:start + 2] == ["prm"]
         for w in words[start + 1:]:
             if sft and w == "RECIPE":
                 w = "recipes/sft_builtin.yaml"
             if rm and w == "RECIPE":
                 w = "recipes/rm_bt.yaml"
+            if prm and w == "RECIPE":
+                w = "recipes/prm_er.yaml"
             if w in ("...", "[key=value", "...]", "[overrides]"):
                 continue
             key, eq, value = w.partition("=")
@@ -156,10 +159,11 @@ def check(argv: list[str], tmp_path: Path) -> None:
         load_config(recipe, _builtin(overrides))
     elif name == "show":
         recipe, overrides = _split_args(p["args"])
-        load_config(recipe, _builtin(overrides), schema=SFTConfig if p["sft"] else RMConfig if p["rm"] else Config)
-    elif name in ("sft", "rm"):
+        load_config(recipe, _builtin(overrides), schema=SFTConfig if p["sft"] else RMConfig if p["rm"]
+                    else PRMConfig if p["prm"] else Config)
+    elif name in ("sft", "rm", "prm"):
         recipe, overrides = _split_args(p["args"])
-        load_config(recipe, _builtin(overrides), schema=SFTConfig if name == "sft" else RMConfig)
+        load_config(recipe, _builtin(overrides), schema={"sft": SFTConfig, "rm": RMConfig, "prm": PRMConfig}[name])
     elif name in ("eval", "compare"):
         model = p["model_dir"] if name == "eval" else p["base"]
         ks = [int(k) for k in p["k"].split(",")] if name == "eval" else [1, 2]
@@ -203,6 +207,8 @@ def test_every_recipe_loads(recipe: Path) -> None:
     schema = SFTConfig if "data" in (yaml.safe_load(recipe.read_text()) or {}) else Config  # `rlvr sft` recipes
     if recipe.name.startswith("rm_"):
         schema = RMConfig  # `rlvr rm` recipes
+    if recipe.name.startswith("prm_"):
+        schema = PRMConfig  # `rlvr prm` recipes
     cfg = load_config(recipe, ["model.path=builtin"], schema=schema)
     assert cfg.run.name
 

@@ -21,6 +21,7 @@ from rlvr.config.distributed import DistributedConfig
 from rlvr.config.loading import dump_config, format_validation_error, info, load_config, read_yaml, validate
 from rlvr.config.model import LoraSpec, ModelConfig
 from rlvr.config.overrides import apply_overrides, drop_stale_parameters, parse_override
+from rlvr.config.prm import PRMConfig
 from rlvr.config.registries import resolve_components
 from rlvr.config.rm import RMConfig, RMDataConfig, RMLossConfig, RMTrainConfig
 from rlvr.config.rollout import RolloutConfig
@@ -32,7 +33,7 @@ from rlvr.errors import ConfigError
 
 __all__ = ["AgentConfig", "AlgorithmConfig", "CheckpointConfig", "CoEvolveConfig", "ComponentSpec", "Config", "ConfigError",
            "CriticConfig", "DistributedConfig", "EnvironmentSpec", "EvalConfig", "LoggingConfig", "LoraSpec",
-           "ModelConfig", "OptimConfig", "RMConfig", "RMDataConfig", "RMLossConfig",
+           "ModelConfig", "OptimConfig", "PRMConfig", "RMConfig", "RMDataConfig", "RMLossConfig",
            "RMTrainConfig", "RewardSpec", "RolloutConfig", "RunConfig", "SFTConfig",
            "SFTDataConfig", "SFTTrainConfig", "Strict", "ToolSpec", "TrainConfig", "apply_overrides",
            "drop_stale_parameters", "dump_config", "format_validation_error", "info", "load_config",

@@ -39,3 +39,33 @@ def sequence_rewards(model: Any, rows: list[list[int]], pad_id: int, device: tor
         ids[i, : len(r)] = torch.tensor(r)
         attention[i, : len(r)] = 1
     return model(input_ids=ids.to(device), attention_mask=attention.to(device)).logits[:, 0].float()
+
+
+def load_step_reward_model(path: str, *, dtype: torch.dtype, device: torch.device, pad_token_id: int,
+                           trust_remote_code: bool = False, key: str = "model.path") -> Any:
+    """A process reward model: a one-label `AutoModelForTokenClassification` (a scalar per token) from a
+    causal-LM (or PRM) checkpoint. The score of a reasoning step is the logit at the step's last token."""
+    from transformers import AutoModelForTokenClassification
+
+    quiet_transformers()
+    p = resolve_model_path(path, key=key)
+    try:
+        model = AutoModelForTokenClassification.from_pretrained(str(p), num_labels=1, dtype=dtype,
+                                                                trust_remote_code=trust_remote_code)
+    except Exception as err:
+        raise ModelError(f"{key}: could not build a token-classification model from '{p}' (transformers "
+                         f"needs a *ForTokenClassification class for its architecture): {err}") from None
+    model.config.pad_token_id = pad_token_id
+    return model.to(device).train()
+
+
+def token_logits(model: Any, rows: list[list[int]], pad_id: int, device: torch.device) -> list[torch.Tensor]:
+    """The head's logit at every token of each row (rows padded right): one 1-D tensor per row."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attention = torch.zeros_like(ids)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.tensor(r)
+        attention[i, : len(r)] = 1
+    logits = model(input_ids=ids.to(device), attention_mask=attention.to(device)).logits[..., 0].float()
+    return [logits[i, : len(r)] for i, r in enumerate(rows)]

@@ -308,7 +308,7 @@ class RewardFunction:
             raise ValueError("a step reward needs the tokenizer to map its steps onto tokens; build the "
                              "RewardFunction with RewardContext(tokenizer=...) (RewardFunction.from_config)")
         per_token: dict[int, float] = {}
-        ends = _token_char_ends(sample.response_ids, self.tokenizer) if step_terms else []
+        ends = token_char_ends(sample.response_ids, self.tokenizer) if step_terms else []
         for weight, steps in step_terms:
             for st in steps:
                 if not ends or not math.isfinite(st.score):
@@ -320,7 +320,7 @@ class RewardFunction:
         sample.step_rewards = [per_token[k] for k in order]
 
 
-def _token_char_ends(response_ids: Sequence[int], tokenizer: Any) -> list[int]:
+def token_char_ends(response_ids: Sequence[int], tokenizer: Any) -> list[int]:
     """For each response token, the length of the decoded text up to and including it (as `Sample.text` is
     decoded: special tokens skipped). Token pieces decoded one by one are used when they add up to the whole
     text (byte-level tokenizers on ASCII, most text); otherwise every prefix is decoded (exact, slower)."""

@@ -10,20 +10,31 @@ token-level advantages. They read the reasoning steps through task hooks, so any
     task.step_validity(response, record) -> ([0/1 per step], chain)   step_rvr: per-step and whole-chain logic
 
 The built-in `addition` task provides all three (its column-by-column scratchpad can be checked step by step).
+A learned process reward model (`prm`, trained by `rlvr prm`) needs only `reasoning_steps`.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
+import torch
 from pydantic import Field
 
-from rlvr.rewards.base import REWARDS, RewardContext, RewardOutput, StepScore, build_component
+from rlvr.rewards.base import (
+    REWARDS,
+    RewardContext,
+    RewardOutput,
+    StepScore,
+    build_component,
+    token_char_ends,
+)
 from rlvr.rewards.shaping import _is_correct
-from rlvr.types import Group
+from rlvr.types import Group, TaskRecord
 
-STEP_HOOKS = {"step_rar": ("reasoning_steps", "key_steps"), "step_rvr": ("reasoning_steps", "step_validity")}
+STEP_HOOKS = {"step_rar": ("reasoning_steps", "key_steps"), "step_rvr": ("reasoning_steps", "step_validity"),
+              "prm": ("reasoning_steps",)}
 
 
 def _hooks(task: Any, name: str) -> None:
@@ -162,3 +173,81 @@ class TrustWeightedThinkingReward:
         if not g:
             return {}
         return {"trust_mean": sum(g) / len(g), "trust_full_frac": sum(x == 1.0 for x in g) / len(g)}
+
+
+def step_token_ends(task: Any, text: str, response_ids: Sequence[int], record: TaskRecord,
+                    tokenizer: Any) -> list[tuple[int, int, int]]:
+    """(response-token index of each reasoning step's last token, the step's start and end character), in
+    order, as the reward function places step scores (the first token whose decoded text reaches the step's
+    end). Two steps ending on one token keep the first."""
+    spans = task.reasoning_steps(text, record)
+    if not spans or not response_ids:
+        return []
+    ends = token_char_ends(response_ids, tokenizer)
+    out: list[tuple[int, int, int]] = []
+    for start, end in spans:
+        token = next((k for k, e in enumerate(ends) if e >= end), len(ends) - 1)
+        if not out or token > out[-1][0]:
+            out.append((token, start, end))
+    return out
+
+
+@REWARDS.register("prm")
+class ProcessRewardModel:
+    r"""A learned process reward model (a `rlvr prm` run's `final/`): the probability that each reasoning step
+    is on a good path, read at the step's last token.
+
+        score_t = sigmoid( s(x + y)[end(t)] )        s: the PRM's per-token logit; end(t): step t's last token
+        value   = min_t score_t  (`aggregate: min`, the weakest step), or the last or the mean step score
+
+    It scores the sampled token ids themselves (prompt ids + response ids, as `rlvr prm` trained it), so the PRM
+    must share the policy's tokenizer. The steps are the task's `reasoning_steps`; a response without steps gets
+    value 0 and no step scores. With `process_only: true` only the step scores reach the advantage
+    (`process_grpo`). Source: Zhang et al., "Entropy-Regularized Process Reward Model", arXiv:2412.11006 (the
+    PRM used as the process reward in RL).
+    """
+
+    def __init__(self, context: RewardContext, *, path: str, aggregate: Literal["min", "last", "mean"] = "min",
+                 batch_size: Annotated[int, Field(ge=1)] = 32, max_length: Annotated[int, Field(ge=8)] = 1024,
+                 device: str = "auto"):
+        from rlvr.models import load_tokenizer, resolve_device, resolve_dtype
+        from rlvr.models.reward_head import load_step_reward_model
+
+        dev = resolve_device(device)
+        self.tokenizer = load_tokenizer(path, key="rewards.prm.path")
+        policy_tok = context.tokenizer
+        if policy_tok is not None and policy_tok.get_vocab() != self.tokenizer.get_vocab():
+            raise ValueError(f"rewards.prm.path: the PRM at '{path}' has a different tokenizer from the policy's; "
+                             "it scores the policy's token ids, so train it with `rlvr prm` on the policy's model "
+                             "(model.path)")
+        self.model = load_step_reward_model(path, dtype=resolve_dtype("auto", dev), device=dev,
+                                            pad_token_id=int(self.tokenizer.pad_token_id),
+                                            key="rewards.prm.path").eval()
+        self.aggregate, self.batch_size, self.max_length = aggregate, batch_size, max_length
+
+    @torch.no_grad()
+    def __call__(self, group: Group, task: Any) -> list[RewardOutput]:
+        from rlvr.models.reward_head import token_logits
+
+        _hooks(task, "prm")
+        steps = [step_token_ends(task, s.text, s.response_ids, group.record, self.tokenizer) for s in group.samples]
+        rows = [(list(s.prompt_ids) + list(s.response_ids))[: self.max_length] for s in group.samples]
+        device = next(self.model.parameters()).device
+        pad = int(self.tokenizer.pad_token_id)
+        logits: list[torch.Tensor] = []
+        for start in range(0, len(rows), self.batch_size):
+            logits.extend(t.cpu() for t in token_logits(self.model, rows[start : start + self.batch_size], pad, device))
+        out = []
+        for sample, row_steps, row in zip(group.samples, steps, logits):
+            offset = len(sample.prompt_ids)
+            scored = [StepScore(a, b, float(torch.sigmoid(row[offset + tok])))
+                      for tok, a, b in row_steps if offset + tok < len(row)]
+            if not scored:
+                out.append(RewardOutput(0.0, "no reasoning steps", steps=[]))
+                continue
+            values = [st.score for st in scored]
+            value = min(values) if self.aggregate == "min" else values[-1] if self.aggregate == "last" \
+                else sum(values) / len(values)
+            out.append(RewardOutput(value, f"PRM {self.aggregate} {value:.3f} over {len(scored)} steps: "
+                                    + " ".join(f"{v:.2f}" for v in values), steps=scored))
+        return out
