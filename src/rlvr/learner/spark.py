@@ -42,6 +42,7 @@ from rlvr.config import ConfigError
 from rlvr.config.coevolve import CoEvolveConfig
 from rlvr.learner.learner import Learner
 from rlvr.learner.step import LocalTrainable
+from rlvr.models.reward_head import pad_right
 from rlvr.types import Group, Sample
 
 JudgeExample = tuple[list[int], int]  # (token ids up to the verdict, the label)
@@ -244,12 +245,7 @@ def self_judge(model: torch.nn.Module, rows: list[list[int]], yes_id: int, no_id
     out: list[float] = []
     for start in range(0, len(rows), batch_size):
         chunk = rows[start : start + batch_size]
-        width = max(len(r) for r in chunk)
-        ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
-        attention = torch.zeros_like(ids)
-        for i, row in enumerate(chunk):
-            ids[i, : len(row)] = torch.tensor(row)
-            attention[i, : len(row)] = 1
+        ids, attention = pad_right(chunk, pad_id)
         logits = model(input_ids=ids.to(device), attention_mask=attention.to(device)).logits.float()
         last = logits[torch.arange(len(chunk), device=device), torch.tensor([len(r) - 1 for r in chunk], device=device)]
         out += torch.softmax(last[:, [yes_id, no_id]], dim=-1)[:, 0].cpu().tolist()

@@ -136,3 +136,24 @@ def split_pairs(pairs: list[PreferencePair], eval_fraction: float, seed: int) ->
     for i, p in enumerate(pairs):
         (heldout if (p.prompt if p.prompt is not None else f"\0{i}") in held else train).append(p)
     return train, heldout
+
+
+class ShuffledBatches:
+    """Batches of example indices drawn from seeded permutations of `population` examples, a new permutation
+    appended whenever fewer than a batch remain (so a batch can span two epochs, and one larger than the data
+    repeats examples)."""
+
+    def __init__(self, population: int, batch_size: int, seed: int):
+        import torch
+
+        self.population, self.batch_size = population, batch_size
+        self.generator = torch.Generator().manual_seed(seed)
+        self.order: list[int] = []
+
+    def next(self) -> list[int]:
+        import torch
+
+        while len(self.order) < self.batch_size:
+            self.order += torch.randperm(self.population, generator=self.generator).tolist()
+        picked, self.order = self.order[: self.batch_size], self.order[self.batch_size :]
+        return picked

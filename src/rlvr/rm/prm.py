@@ -35,6 +35,7 @@ from rlvr.errors import ConfigError
 from rlvr.learner.optim import build_optimizer, build_scheduler
 from rlvr.models import ModelError, check_vocab, load_causal_lm, load_tokenizer, resolve_device, resolve_dtype
 from rlvr.models.reward_head import load_step_reward_model, token_logits
+from rlvr.rm.data import ShuffledBatches
 from rlvr.rm.prm_label import entropy_regularized_value, label_solutions, read_labels, write_labels
 from rlvr.rollout import SamplingParams, build_engine
 from rlvr.runtime import (
@@ -237,16 +238,13 @@ def run_prm(cfg: PRMConfig) -> Path:
         sink.log(0, {f"eval/{k}": v for k, v in before.items()})
         optimizer = build_optimizer(model, cfg.optim)
         scheduler = build_scheduler(optimizer, cfg.optim, cfg.train.steps)
-        order_gen = torch.Generator().manual_seed(cfg.run.seed)
-        order: list[int] = []
+        batches = ShuffledBatches(len(train_set), cfg.train.batch_size, cfg.run.seed)
         max_norm = cfg.optim.grad_clip if cfg.optim.grad_clip is not None else float("inf")
         latest = before
         with ProgressReporter("prm", cfg.train.steps, cfg.logging.progress) as progress:
             for step in range(1, cfg.train.steps + 1):
                 started = time.perf_counter()
-                while len(order) < cfg.train.batch_size:
-                    order += torch.randperm(len(train_set), generator=order_gen).tolist()
-                picked, order = order[: cfg.train.batch_size], order[cfg.train.batch_size :]
+                picked = batches.next()
                 total = sum(len(train_set[i].positions) for i in picked)
                 optimizer.zero_grad(set_to_none=True)
                 loss_value = 0.0

@@ -24,7 +24,15 @@ from rlvr.learner.optim import build_optimizer, build_scheduler
 from rlvr.models import ModelError, check_vocab, load_tokenizer, resolve_device, resolve_dtype
 from rlvr.models.reward_head import load_reward_model, sequence_rewards
 from rlvr.rewards.models import render_exchange
-from rlvr.rm.data import PreferencePair, RMDataError, data_format, mine_rollout_pairs, read_pairs, split_pairs
+from rlvr.rm.data import (
+    PreferencePair,
+    RMDataError,
+    ShuffledBatches,
+    data_format,
+    mine_rollout_pairs,
+    read_pairs,
+    split_pairs,
+)
 from rlvr.rm.loss import bradley_terry_loss, pair_accuracy
 from rlvr.runtime import (
     ProgressReporter,
@@ -140,16 +148,13 @@ def run_rm(cfg: RMConfig) -> Path:
         sink.log(0, {f"eval/{k}": v for k, v in before.items()})
         optimizer = build_optimizer(model, cfg.optim)
         scheduler = build_scheduler(optimizer, cfg.optim, cfg.train.steps)
-        order_gen = torch.Generator().manual_seed(cfg.run.seed)
-        order: list[int] = []
+        batches = ShuffledBatches(len(train_set), cfg.train.batch_size, cfg.run.seed)
         max_norm = cfg.optim.grad_clip if cfg.optim.grad_clip is not None else float("inf")
         latest = before
         with ProgressReporter("rm", cfg.train.steps, cfg.logging.progress) as progress:
             for step in range(1, cfg.train.steps + 1):
                 started = time.perf_counter()
-                while len(order) < cfg.train.batch_size:
-                    order += torch.randperm(len(train_set), generator=order_gen).tolist()
-                picked, order = order[: cfg.train.batch_size], order[cfg.train.batch_size :]
+                picked = batches.next()
                 optimizer.zero_grad(set_to_none=True)
                 loss_value, chosen_all, rejected_all = 0.0, [], []
                 for start in range(0, len(picked), micro):
