@@ -38,6 +38,11 @@ class SearchConfig(ComponentSpec):
         "verifier", description="Evaluation: how the answer is chosen. verifier: the verifier scores responses "
         "during the search (an oracle); value: by node values, vote: by majority vote over the complete "
         "responses, both with no verifier during the search (docs/search.md).")
+    prm: str | None = Field(None, description="A process reward model directory written by `rlvr prm` (its "
+                            "final/): partial nodes are valued by its score of their last complete step instead "
+                            "of by rollouts. Evaluation only (rlvr eval).")
+    prm_terminal: bool = Field(False, description="With search.prm and search.select=value|vote: score complete "
+                               "responses by the PRM too (its weakest step) instead of the policy's confidence.")
 
     @model_validator(mode="after")
     def _check(self) -> SearchConfig:
@@ -51,6 +56,24 @@ class SearchConfig(ComponentSpec):
                              "or search.max_nodes (tree nodes), e.g. search.max_tokens=400")
         if self.name == "sampling" and self.max_tokens is None:
             raise ValueError("search.max_tokens: search.name=sampling spends a token budget; set search.max_tokens")
+        if self.prm is not None:
+            if not str(self.prm).strip():
+                raise ValueError("search.prm: empty path; give the final/ directory of a `rlvr prm` run")
+            if self.name == "sampling" and not self.prm_terminal:
+                raise ValueError("search.prm: search.name=sampling has no partial nodes to value; set "
+                                 "search.prm_terminal=true (with search.select=value) to pick among the samples by "
+                                 "the PRM, or use search.name=beam_prm or mcts")
+            if "leaf_rollouts" in self.model_fields_set and self.leaf_rollouts > 0:
+                raise ValueError(f"search.leaf_rollouts: with search.prm partial nodes are valued by the PRM, not by "
+                                 f"rollouts; remove search.leaf_rollouts={self.leaf_rollouts} or search.prm")
+        if self.prm_terminal:
+            if self.prm is None:
+                raise ValueError("search.prm_terminal: scores complete responses by the PRM; set search.prm=DIR "
+                                 "(a `rlvr prm` run's final/)")
+            if self.select == "verifier":
+                raise ValueError("search.prm_terminal: with search.select=verifier the verifier scores complete "
+                                 "responses (an oracle); set search.select=value or vote, or remove "
+                                 "search.prm_terminal")
         return self
 
     def settings(self) -> Any:
@@ -60,7 +83,7 @@ class SearchConfig(ComponentSpec):
         return SearchSettings(strategy=self.name, strategy_params=self.params, max_nodes=self.max_nodes,
                               max_tokens=self.max_tokens, branch=self.branch, segment_tokens=self.segment_tokens,
                               delimiter=self.delimiter, leaf_rollouts=self.leaf_rollouts, advantage=self.advantage,
-                              select=self.select)
+                              select=self.select, prm=self.prm, prm_terminal=self.prm_terminal)
 
 
 def search_problems(cfg: Any) -> list[str]:

@@ -53,6 +53,11 @@ def run_eval(cfg: Config, model_path: str, out: Path | None, *, key: str = "MODE
     device = resolve_device(cfg.model.device)
     tokenizer = load_tokenizer(cfg.model.tokenizer_path or model_path,
                                trust_remote_code=cfg.model.trust_remote_code, key=key)
+    search_prm = None
+    if cfg.search is not None and cfg.search.prm is not None:  # checked before the policy loads
+        from rlvr.eval.search import load_search_prm
+
+        search_prm = load_search_prm(cfg.search.settings(), tokenizer, task, device=cfg.model.device)
     dtype = resolve_dtype(cfg.model.dtype, device)
     processor = None
     visual = getattr(task, "visual", False)
@@ -79,7 +84,7 @@ def run_eval(cfg: Config, model_path: str, out: Path | None, *, key: str = "MODE
 
         sft_rows: list[dict[str, Any]] | None = [] if sft_out is not None else None
         run_eval = functools.partial(evaluate_search, engine, renderer, task, records, params,
-                                     cfg.search.settings(), tokenizer, sft_rows=sft_rows)
+                                     cfg.search.settings(), tokenizer, sft_rows=sft_rows, prm=search_prm)
         show = print_search_result
     else:
         run_eval = functools.partial(evaluate, engine, renderer, task, records, params, cfg.eval.ks)

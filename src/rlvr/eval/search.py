@@ -21,6 +21,11 @@ solved = the chosen answer is correct (the verifier checks only the chosen one, 
 and vote). Tokens spent = every token the engine generated for the problem (`SearchStats.tokens`; for sampling,
 the samples' tokens).
 
+With `search.prm=DIR` (a `rlvr prm` run's final/, loaded by `load_search_prm`), partial nodes are valued by
+the PRM's score of their last complete step instead of by rollouts (`rlvr.sampling.search.prm_step_value`);
+with `search.prm_terminal=true` (select value or vote) complete responses are scored by the PRM as well, by
+their weakest step (the `prm` reward's value), in place of the confidence c(y).
+
 With `sft_rows`, each problem's chosen answer is also written as a training example in the rows `rlvr sft`
 reads (`data.format=rollouts`: prompt, response, correct), for SFT on searched trajectories (ProMed,
 R-MCTS's self-learning): `search_sft_row`.
@@ -35,8 +40,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from rlvr.errors import ConfigError
 from rlvr.rewards import CorrectnessReward, RewardFunction
-from rlvr.sampling.search import SearchResult, SearchSettings, group_scorer, search_prompt
+from rlvr.sampling.search import SearchResult, SearchSettings, group_scorer, prm_step_value, search_prompt
 from rlvr.types import Group, Sample, TaskRecord
 
 SELECTS = ("verifier", "value", "vote")
@@ -105,12 +111,60 @@ def search_sft_row(record: TaskRecord, prompt_text: str, answer: Candidate, corr
             "length": len(ids)}
 
 
+def load_search_prm(settings: SearchSettings, tokenizer: Any, task: Any, device: str = "auto") -> Any:
+    """The PRM of `search.prm` (a `ProcessRewardModel`), or None; every problem is a ConfigError naming
+    search.prm: a missing directory, a model that is not a token-classification PRM, a tokenizer different from
+    the policy's, a task without `reasoning_steps`."""
+    if settings.prm is None:
+        return None
+    import json
+    from pathlib import Path
+
+    from rlvr.rewards.process import ProcessRewardModel
+
+    if not callable(getattr(task, "reasoning_steps", None)):
+        raise ConfigError(f"search.prm: the PRM scores reasoning steps, and task '{getattr(task, 'name', task)}' "
+                          "has no reasoning_steps hook; use a task that splits responses into steps (addition) or "
+                          "remove search.prm")
+    config = Path(settings.prm).expanduser() / "config.json"
+    if not config.is_file():
+        raise ConfigError(f"search.prm: '{settings.prm}' is not a PRM directory (no config.json in it); give the "
+                          "final/ directory of a `rlvr prm` run, e.g. rlvr prm recipes/prm_er.yaml "
+                          "run.dir=runs/er-prm, then search.prm=runs/er-prm/final")
+    arch = json.loads(config.read_text(encoding="utf-8")).get("architectures") or []
+    if not any(str(a).endswith("ForTokenClassification") for a in arch):
+        raise ConfigError(f"search.prm: '{settings.prm}' holds a {', '.join(arch) or 'model'} checkpoint, not a "
+                          "process reward model (a *ForTokenClassification head written by `rlvr prm`); give "
+                          "the final/ directory of a `rlvr prm` run")
+    try:
+        return ProcessRewardModel.from_path(settings.prm, tokenizer, key="search.prm", device=device)
+    except ValueError as err:  # ModelError and the tokenizer check already name search.prm
+        raise ConfigError(str(err)) from None
+
+
+def prm_complete_scores(prm: Any, task: Any, record: TaskRecord, prompt_ids: Sequence[int], tokenizer: Any
+                        ) -> Callable[[list[Sample]], list[float]]:
+    """`score(samples)` of complete responses by the PRM: the `prm` reward's value (the weakest step's
+    score by default; 0 for a response without steps). No verifier."""
+
+    def score(samples: list[Sample]) -> list[float]:
+        for s in samples:
+            s.text = tokenizer.decode(s.response_ids, skip_special_tokens=True)
+        group = Group(record=record, prompt_ids=list(prompt_ids), samples=samples)
+        return [float(o.value) for o in prm(group, task)]
+
+    return score
+
+
 def evaluate_search(engine: Any, renderer: Any, task: Any, records: Sequence[TaskRecord], params: Any,
                     settings: SearchSettings, tokenizer: Any,
                     on_progress: Callable[[int, int], None] | None = None,
-                    sft_rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                    sft_rows: list[dict[str, Any]] | None = None, prm: Any = None) -> dict[str, Any]:
     """Search (or budgeted sampling) on every record; returns solve rate, tokens and per-problem details, and
-    appends each problem's chosen answer to `sft_rows` when given."""
+    appends each problem's chosen answer to `sft_rows` when given. `prm`: the loaded `search.prm`
+    (`load_search_prm`); it values partial nodes (and complete responses with `settings.prm_terminal`)."""
+    if settings.prm is not None and prm is None:
+        raise ValueError("evaluate_search: settings.prm is set; pass prm=load_search_prm(settings, tokenizer, task)")
     verify = RewardFunction([("correctness", 1.0, CorrectnessReward())])
     eos_ids = list(getattr(engine, "eos_ids", None) or [tokenizer.eos_token_id])
     oracle = settings.select == "verifier"
@@ -124,11 +178,14 @@ def evaluate_search(engine: Any, renderer: Any, task: Any, records: Sequence[Tas
         prompt_ids, prompt_text = renderer.render(record)
         verifier, correct = _verifier(record, prompt_ids, tokenizer, verify, task)
         score = verifier if oracle else confidence_scores
+        if prm is not None and settings.prm_terminal:
+            score = prm_complete_scores(prm, task, record, prompt_ids, tokenizer)
         result = None
         if settings.strategy == "sampling":
             candidates, problem = _budgeted_sampling(engine, params, prompt_ids, settings, score, correct, oracle)
         else:
-            result = search_prompt(engine, params, prompt_ids, settings, score, eos_ids,
+            node_prm = prm_step_value(prm, task, record, decode) if prm is not None else None
+            result = search_prompt(engine, params, prompt_ids, settings, score, eos_ids, prm=node_prm,
                                    solved_at=1.0 if oracle else None)
             candidates = result.complete_responses()
             problem = {"tokens": result.stats.tokens, "nodes": result.tree.nodes, "calls": result.stats.calls,
@@ -199,7 +256,7 @@ def summarize_search(problems: list[dict[str, Any]], settings: SearchSettings, p
         "search": {"name": settings.strategy, "max_tokens": settings.max_tokens, "max_nodes": settings.max_nodes,
                    "branch": settings.branch, "segment_tokens": settings.segment_tokens,
                    "delimiter": settings.delimiter, "leaf_rollouts": settings.leaf_rollouts,
-                   "select": settings.select,
+                   "select": settings.select, "prm": settings.prm, "prm_terminal": settings.prm_terminal,
                    **settings.strategy_params},
         "temperature": params.temperature, "max_new_tokens": params.max_new_tokens, "seconds": round(seconds, 2),
         **stats(problems),

@@ -210,23 +210,35 @@ class ProcessRewardModel:
     def __init__(self, context: RewardContext, *, path: str, aggregate: Literal["min", "last", "mean"] = "min",
                  batch_size: Annotated[int, Field(ge=1)] = 32, max_length: Annotated[int, Field(ge=8)] = 1024,
                  device: str = "auto"):
+        self._load(path, context.tokenizer, key="rewards.prm.path", device=device)
+        self.aggregate, self.batch_size, self.max_length = aggregate, batch_size, max_length
+
+    @classmethod
+    def from_path(cls, path: str, policy_tokenizer: Any, *, key: str, aggregate: Literal["min", "last", "mean"]
+                  = "min", batch_size: int = 32, max_length: int = 1024, device: str = "auto") -> ProcessRewardModel:
+        """The PRM outside a reward function (e.g. as a search's node value); errors name `key`."""
+        self = cls.__new__(cls)
+        self._load(path, policy_tokenizer, key=key, device=device)
+        self.aggregate, self.batch_size, self.max_length = aggregate, batch_size, max_length
+        return self
+
+    def _load(self, path: str, policy_tok: Any, *, key: str, device: str) -> None:
         from rlvr.models import load_tokenizer, resolve_device, resolve_dtype
         from rlvr.models.reward_head import load_step_reward_model
 
         dev = resolve_device(device)
-        self.tokenizer = load_tokenizer(path, key="rewards.prm.path")
-        policy_tok = context.tokenizer
+        self.tokenizer = load_tokenizer(path, key=key)
         if policy_tok is not None and policy_tok.get_vocab() != self.tokenizer.get_vocab():
-            raise ValueError(f"rewards.prm.path: the PRM at '{path}' has a different tokenizer from the policy's; "
+            raise ValueError(f"{key}: the PRM at '{path}' has a different tokenizer from the policy's; "
                              "it scores the policy's token ids, so train it with `rlvr prm` on the policy's model "
                              "(model.path)")
         self.model = load_step_reward_model(path, dtype=resolve_dtype("auto", dev), device=dev,
-                                            pad_token_id=int(self.tokenizer.pad_token_id),
-                                            key="rewards.prm.path").eval()
-        self.aggregate, self.batch_size, self.max_length = aggregate, batch_size, max_length
+                                            pad_token_id=int(self.tokenizer.pad_token_id), key=key).eval()
 
     @torch.no_grad()
-    def __call__(self, group: Group, task: Any) -> list[RewardOutput]:
+    def step_scores(self, group: Group, task: Any) -> list[list[StepScore]]:
+        """Per sample, sigmoid(s) at each reasoning step's last token (the task's `reasoning_steps`), with the
+        step's character span; steps beyond `max_length` tokens are dropped."""
         from rlvr.models.reward_head import token_logits
 
         _hooks(task, "prm")
@@ -237,11 +249,13 @@ class ProcessRewardModel:
         logits: list[torch.Tensor] = []
         for start in range(0, len(rows), self.batch_size):
             logits.extend(t.cpu() for t in token_logits(self.model, rows[start : start + self.batch_size], pad, device))
+        return [[StepScore(a, b, float(torch.sigmoid(row[len(sample.prompt_ids) + tok])))
+                 for tok, a, b in row_steps if len(sample.prompt_ids) + tok < len(row)]
+                for sample, row_steps, row in zip(group.samples, steps, logits)]
+
+    def __call__(self, group: Group, task: Any) -> list[RewardOutput]:
         out = []
-        for sample, row_steps, row in zip(group.samples, steps, logits):
-            offset = len(sample.prompt_ids)
-            scored = [StepScore(a, b, float(torch.sigmoid(row[offset + tok])))
-                      for tok, a, b in row_steps if offset + tok < len(row)]
+        for scored in self.step_scores(group, task):
             if not scored:
                 out.append(RewardOutput(0.0, "no reasoning steps", steps=[]))
                 continue

@@ -15,9 +15,10 @@ config section uses it) whose groups are the searched trees.
                                    with m = 0 and no prm: 0 (only finished answers inform the search)
                    the root (the bare prompt): 0, it is never an answer
 
-Why rollouts for partial leaves: the task's verifier only scores finished answers, and rlvr ships no process
-reward model; m cheap completions are an unbiased estimate of the node's success probability under the
-current policy, with no extra model. A PRM plugs in through `ProcessReward`.
+Why rollouts for partial leaves: the task's verifier only scores finished answers; m cheap completions are an
+unbiased estimate of the node's success probability under the current policy, with no extra model. A process
+reward model plugs in through `ProcessReward`; `prm_step_value` makes one from a `rlvr prm` directory
+(`search.prm`, at evaluation).
 
 Token accounting: the budget's `max_tokens` counts *every* token the engine generated for the prompt -- the
 segments kept as nodes, the duplicate segments merged away and the rollouts -- so a search and plain sampling
@@ -64,6 +65,8 @@ class SearchSettings:
     leaf_rollouts: int = 1
     advantage: str = "rewards"  # rewards (the run's estimator) or a tree advantage: parent, treerl, siblings
     select: str = "verifier"  # evaluation: how the answer is chosen (verifier, value, vote; rlvr.eval.search)
+    prm: str | None = None  # a `rlvr prm` directory: partial nodes valued by it (evaluation; `prm_step_value`)
+    prm_terminal: bool = False  # evaluation without the verifier: complete responses scored by the PRM too
 
     def budget(self) -> Budget:
         return Budget(max_nodes=self.max_nodes, max_tokens=self.max_tokens)
@@ -152,6 +155,26 @@ class SearchResult:
             if isinstance(pick, LeafRollout):
                 return ids + pick.token_ids, value
             node = pick
+
+
+def prm_step_value(prm: Any, task: Any, record: TaskRecord, decode: Callable[[list[int]], str]) -> ProcessReward:
+    """A learned PRM (`rlvr.rewards.process.ProcessRewardModel`, a `rlvr prm` directory) as the `ProcessReward`
+    of one prompt's search: a partial node's value is the PRM's score of its last complete step,
+
+        V(node) = sigmoid( s(x + y)[end(t*)] )     t*: the last step of y = node's response that is complete
+                                                      (something follows it, e.g. the delimiter '|'), found by
+                                                      the task's `reasoning_steps`; 0 if y has no complete step
+
+    scored by the `prm` reward's own code (`step_scores`: the head's logit at the step's last token)."""
+
+    def value(prompt_ids: Sequence[int], response_ids: Sequence[int]) -> float:
+        text = decode(list(response_ids))
+        sample = Sample(prompt_ids=list(prompt_ids), response_ids=list(response_ids), text=text)
+        steps = prm.step_scores(Group(record=record, prompt_ids=list(prompt_ids), samples=[sample]), task)[0]
+        complete = [st for st in steps if st.end < len(text)]
+        return complete[-1].score if complete else 0.0
+
+    return value
 
 
 def finished(node: Node, eos_ids: set[int], max_len: int) -> bool:

@@ -149,6 +149,10 @@ def _build_sampler(cfg: Config, prompts: Any) -> BatchSampler:
     if cfg.search.select != "verifier":
         raise ConfigError(f"search.select: '{cfg.search.select}' chooses an answer at evaluation (rlvr eval); a "
                           "training group keeps every leaf, rewarded by the run's reward; remove search.select")
+    if cfg.search.prm is not None:
+        raise ConfigError("search.prm: a PRM as the search's node value is wired at evaluation only (rlvr eval); "
+                          "in training partial nodes are valued by rollouts. Remove search.prm (a PRM can be a "
+                          "training reward: rewards: [{name: prm, path: DIR}], docs/reward-models.md)")
     return SAMPLERS.build("search", {}, where="sampling", prompts=prompts, seed=cfg.run.seed,
                           search=cfg.search.settings())
 
