@@ -185,6 +185,8 @@ def test_config_binds_prm_and_training_refuses_it():
     cfg = load_config(None, ["search.name=beam_prm", "search.max_tokens=100", "search.prm=d", "search.leaf_rollouts=0"])
     assert cfg.search.settings().prm == "d" and cfg.search.settings().strategy_params == {"beam_width": 2,
                                                                                           "rerank_top": None}
+    cfg = load_config(None, ["search.name=mcts", "search.max_tokens=100", "search.prm=d"])
+    assert cfg.search.leaf_rollouts == 1 and cfg.search.settings().leaf_rollouts == 0  # recorded as unused
     cfg = load_config("recipes/grpo.yaml", ["search.name=beam_prm", "search.max_tokens=100", "search.prm=d"])
     with pytest.raises(ConfigError, match="search.prm: a PRM as the search's node value is wired at evaluation"):
         _build_sampler(cfg, [])

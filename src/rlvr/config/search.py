@@ -82,7 +82,8 @@ class SearchConfig(ComponentSpec):
 
         return SearchSettings(strategy=self.name, strategy_params=self.params, max_nodes=self.max_nodes,
                               max_tokens=self.max_tokens, branch=self.branch, segment_tokens=self.segment_tokens,
-                              delimiter=self.delimiter, leaf_rollouts=self.leaf_rollouts, advantage=self.advantage,
+                              delimiter=self.delimiter, advantage=self.advantage,
+                              leaf_rollouts=0 if self.prm is not None else self.leaf_rollouts,  # the PRM replaces them
                               select=self.select, prm=self.prm, prm_terminal=self.prm_terminal)
 
 
