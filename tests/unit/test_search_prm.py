@@ -175,9 +175,7 @@ def test_config_errors_name_the_key(overrides, needle):
         load_config(None, ["search.max_tokens=100", *overrides])
 
 
-def test_config_binds_prm_and_training_refuses_it():
-    from rlvr.trainer.run import _build_sampler
-
+def test_config_binds_prm():
     cfg = load_config(None, ["search.name=sampling", "search.max_tokens=100", "search.prm=d", "search.select=value",
                              "search.prm_terminal=true"])
     s = cfg.search.settings()
@@ -187,6 +185,43 @@ def test_config_binds_prm_and_training_refuses_it():
                                                                                           "rerank_top": None}
     cfg = load_config(None, ["search.name=mcts", "search.max_tokens=100", "search.prm=d"])
     assert cfg.search.leaf_rollouts == 1 and cfg.search.settings().leaf_rollouts == 0  # recorded as unused
-    cfg = load_config("recipes/grpo.yaml", ["search.name=beam_prm", "search.max_tokens=100", "search.prm=d"])
-    with pytest.raises(ConfigError, match="search.prm: a PRM as the search's node value is wired at evaluation"):
-        _build_sampler(cfg, [])
+
+
+def test_training_sampler_values_partial_nodes_by_the_prm(prm_dir, tmp_path):
+    from rlvr.sampling.base import StepContext
+    from rlvr.sampling.search import SearchSampler
+    from rlvr.trainer.run import _build_sampler
+
+    path, model, tok = prm_dir
+    task = AdditionTask()
+    with pytest.raises(ConfigError, match="search.prm: .* not a PRM directory"):
+        _build_sampler(load_config("recipes/grpo.yaml", ["search.name=beam_prm", "search.max_tokens=100",
+                                                         f"search.prm={tmp_path / 'none'}"]), [RECORD], tok, task)
+    cfg = load_config("recipes/grpo.yaml", ["search.name=beam_prm", "search.max_tokens=100", "search.branch=2",
+                                            "search.beam_width=1", "search.delimiter=|", f"search.prm={path}"])
+    sampler = _build_sampler(cfg, [RECORD], tok, task)
+    assert isinstance(sampler, SearchSampler) and sampler.prm is not None
+    prompt = _ids(tok, "4821+397=")
+
+    class Renderer:
+        def render(self, record):
+            return list(prompt), "4821+397="
+
+    first = ["1+7=8;8|", "1+7=9;9|"]
+    engine = TextEngine(tok, len(prompt), {"": first, first[0]: ["A:8<eos>"], first[1]: ["A:9<eos>"]})
+
+    def score(groups):
+        for g in groups:
+            for smp in g.samples:
+                smp.reward = 1.0
+
+    ctx = StepContext(step=0, prompts_per_step=1, n=1, rollout=None, score=score, task=task, engine=engine,
+                      renderer=Renderer(), params=SamplingParams(max_new_tokens=40), tokenizer=tok)
+    groups, metrics = sampler.next_batch(ctx)
+    direct = [_direct(model, tok, prompt, _ids(tok, f), 6) for f in first]
+    kept = first[0 if direct[0] >= direct[1] else 1]
+    # one finished leaf, the PRM's pick + its answer, and no rollout samples: the PRM replaced them
+    texts = [tok.decode(smp.response_ids, skip_special_tokens=True) for smp in groups[0].samples]
+    assert texts == [kept + ("A:8" if kept == first[0] else "A:9")]
+    assert not groups[0].samples[0].meta["rollout"] and groups[0].samples[0].reward == 1.0
+    assert metrics["tokens_generated"] == 16 + 2 * 4 and metrics["evaluations_per_prompt"] == 4  # root, 2 steps, 1 answer

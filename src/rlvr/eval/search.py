@@ -40,9 +40,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from rlvr.errors import ConfigError
 from rlvr.rewards import CorrectnessReward, RewardFunction
-from rlvr.sampling.search import SearchResult, SearchSettings, group_scorer, prm_step_value, search_prompt
+from rlvr.sampling.search import (  # noqa: F401  (load_search_prm: rlvr eval loads the PRM through here)
+    SearchResult,
+    SearchSettings,
+    group_scorer,
+    load_search_prm,
+    prm_step_value,
+    search_prompt,
+)
 from rlvr.types import Group, Sample, TaskRecord
 
 SELECTS = ("verifier", "value", "vote")
@@ -109,37 +115,6 @@ def search_sft_row(record: TaskRecord, prompt_text: str, answer: Candidate, corr
             "correct": bool(correct), "value": float(value), "prompt_id": record.id, "answer": record.answer,
             "difficulty": record.difficulty, "search": settings.strategy, "select": settings.select, "step": 0,
             "length": len(ids)}
-
-
-def load_search_prm(settings: SearchSettings, tokenizer: Any, task: Any, device: str = "auto") -> Any:
-    """The PRM of `search.prm` (a `ProcessRewardModel`), or None; every problem is a ConfigError naming
-    search.prm: a missing directory, a model that is not a token-classification PRM, a tokenizer different from
-    the policy's, a task without `reasoning_steps`."""
-    if settings.prm is None:
-        return None
-    import json
-    from pathlib import Path
-
-    from rlvr.rewards.process import ProcessRewardModel
-
-    if not callable(getattr(task, "reasoning_steps", None)):
-        raise ConfigError(f"search.prm: the PRM scores reasoning steps, and task '{getattr(task, 'name', task)}' "
-                          "has no reasoning_steps hook; use a task that splits responses into steps (addition) or "
-                          "remove search.prm")
-    config = Path(settings.prm).expanduser() / "config.json"
-    if not config.is_file():
-        raise ConfigError(f"search.prm: '{settings.prm}' is not a PRM directory (no config.json in it); give the "
-                          "final/ directory of a `rlvr prm` run, e.g. rlvr prm recipes/prm_er.yaml "
-                          "run.dir=runs/er-prm, then search.prm=runs/er-prm/final")
-    arch = json.loads(config.read_text(encoding="utf-8")).get("architectures") or []
-    if not any(str(a).endswith("ForTokenClassification") for a in arch):
-        raise ConfigError(f"search.prm: '{settings.prm}' holds a {', '.join(arch) or 'model'} checkpoint, not a "
-                          "process reward model (a *ForTokenClassification head written by `rlvr prm`); give "
-                          "the final/ directory of a `rlvr prm` run")
-    try:
-        return ProcessRewardModel.from_path(settings.prm, tokenizer, key="search.prm", device=device)
-    except ValueError as err:  # ModelError and the tokenizer check already name search.prm
-        raise ConfigError(str(err)) from None
 
 
 def prm_complete_scores(prm: Any, task: Any, record: TaskRecord, prompt_ids: Sequence[int], tokenizer: Any

@@ -18,7 +18,7 @@ config section uses it) whose groups are the searched trees.
 Why rollouts for partial leaves: the task's verifier only scores finished answers; m cheap completions are an
 unbiased estimate of the node's success probability under the current policy, with no extra model. A process
 reward model plugs in through `ProcessReward`; `prm_step_value` makes one from a `rlvr prm` directory
-(`search.prm`, at evaluation).
+(`search.prm`, at evaluation and in training).
 
 Token accounting: the budget's `max_tokens` counts *every* token the engine generated for the prompt -- the
 segments kept as nodes, the duplicate segments merged away and the rollouts -- so a search and plain sampling
@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from rlvr.errors import ConfigError
 from rlvr.sampling.base import SAMPLERS, BatchSampler, StepContext
 from rlvr.sampling.common import RolloutMeter, sampling_metrics
 from rlvr.search import SEARCH_STRATEGIES, Budget, Node, SearchTree, node_advantage
@@ -155,6 +156,37 @@ class SearchResult:
             if isinstance(pick, LeafRollout):
                 return ids + pick.token_ids, value
             node = pick
+
+
+def load_search_prm(settings: SearchSettings, tokenizer: Any, task: Any, device: str = "auto") -> Any:
+    """The PRM of `search.prm` (a `ProcessRewardModel`), or None; every problem is a ConfigError naming
+    search.prm: a missing directory, a model that is not a token-classification PRM, a tokenizer different from
+    the policy's, a task without `reasoning_steps`."""
+    if settings.prm is None:
+        return None
+    import json
+    from pathlib import Path
+
+    from rlvr.rewards.process import ProcessRewardModel
+
+    if not callable(getattr(task, "reasoning_steps", None)):
+        raise ConfigError(f"search.prm: the PRM scores reasoning steps, and task '{getattr(task, 'name', task)}' "
+                          "has no reasoning_steps hook; use a task that splits responses into steps (addition) or "
+                          "remove search.prm")
+    config = Path(settings.prm).expanduser() / "config.json"
+    if not config.is_file():
+        raise ConfigError(f"search.prm: '{settings.prm}' is not a PRM directory (no config.json in it); give the "
+                          "final/ directory of a `rlvr prm` run, e.g. rlvr prm recipes/prm_er.yaml "
+                          "run.dir=runs/er-prm, then search.prm=runs/er-prm/final")
+    arch = json.loads(config.read_text(encoding="utf-8")).get("architectures") or []
+    if not any(str(a).endswith("ForTokenClassification") for a in arch):
+        raise ConfigError(f"search.prm: '{settings.prm}' holds a {', '.join(arch) or 'model'} checkpoint, not a "
+                          "process reward model (a *ForTokenClassification head written by `rlvr prm`); give "
+                          "the final/ directory of a `rlvr prm` run")
+    try:
+        return ProcessRewardModel.from_path(settings.prm, tokenizer, key="search.prm", device=device)
+    except ValueError as err:  # ModelError and the tokenizer check already name search.prm
+        raise ConfigError(str(err)) from None
 
 
 def prm_step_value(prm: Any, task: Any, record: TaskRecord, decode: Callable[[list[int]], str]) -> ProcessReward:
@@ -362,12 +394,15 @@ class SearchSampler(BatchSampler):
     used: the group size is the number of leaves the budget allows. Sources: see `rlvr.search`.
     """
 
-    def __init__(self, prompts, seed: int = 0, search: SearchSettings | None = None):
+    def __init__(self, prompts, seed: int = 0, search: SearchSettings | None = None, prm: Any = None):
         super().__init__(prompts, seed)
         if search is None:
             raise ValueError("sampling.name=search is set by the config's search section: set search.name=mcts "
                              "(or beam_prm) and a budget (search.max_tokens or search.max_nodes) instead")
-        self.settings = search
+        if search.prm is not None and prm is None:
+            raise ValueError("the search sampler: search.prm is set; pass prm=load_search_prm(settings, tokenizer, "
+                             "task)")
+        self.settings, self.prm = search, prm  # prm: partial nodes valued by it (`prm_step_value`), not rollouts
 
     def next_batch(self, ctx: StepContext) -> tuple[list[Group], dict[str, float]]:
         for need, name in ((ctx.engine, "engine"), (ctx.renderer, "renderer"), (ctx.params, "params"),
@@ -381,7 +416,11 @@ class SearchSampler(BatchSampler):
         for record in self.take(ctx.prompts_per_step):
             prompt_ids, text = ctx.renderer.render(record)
             score = group_scorer(record, prompt_ids, ctx.tokenizer, lambda gs: ctx.score(gs))
-            result = search_prompt(ctx.engine, ctx.params, prompt_ids, self.settings, score, eos_ids)
+            node_prm = None
+            if self.prm is not None:
+                node_prm = prm_step_value(self.prm, ctx.task, record,
+                                          lambda ids: ctx.tokenizer.decode(ids, skip_special_tokens=True))
+            result = search_prompt(ctx.engine, ctx.params, prompt_ids, self.settings, score, eos_ids, prm=node_prm)
             tree, stats = result.tree, result.stats
             group = tree_training_group(result, record, ctx.tokenizer, self.settings.advantage, eos_ids)
             group.prompt_text = text

@@ -22,6 +22,7 @@ from rlvr.roles import Roles, place_roles
 from rlvr.rollout import SamplingParams, agent_rollout_groups, rollout_groups
 from rlvr.runtime import console, seed_everything
 from rlvr.sampling import SAMPLERS, BatchSampler
+from rlvr.sampling.search import load_search_prm
 from rlvr.tasks import PromptRenderer
 from rlvr.trainer.checkpoint import (
     CheckpointError,
@@ -138,7 +139,7 @@ class Run:
             ) from err
 
 
-def _build_sampler(cfg: Config, prompts: Any) -> BatchSampler:
+def _build_sampler(cfg: Config, prompts: Any, tokenizer: Any = None, task: Any = None) -> BatchSampler:
     """The configured batch sampler; a `search` section makes it the search rollout (docs/search.md)."""
     if cfg.search is None:
         return SAMPLERS.build(cfg.sampling.name, cfg.sampling.params, where="sampling", prompts=prompts,
@@ -149,12 +150,12 @@ def _build_sampler(cfg: Config, prompts: Any) -> BatchSampler:
     if cfg.search.select != "verifier":
         raise ConfigError(f"search.select: '{cfg.search.select}' chooses an answer at evaluation (rlvr eval); a "
                           "training group keeps every leaf, rewarded by the run's reward; remove search.select")
-    if cfg.search.prm is not None:
-        raise ConfigError("search.prm: a PRM as the search's node value is wired at evaluation only (rlvr eval); "
-                          "in training partial nodes are valued by rollouts. Remove search.prm (a PRM can be a "
-                          "training reward: rewards: [{name: prm, path: DIR}], docs/reward-models.md)")
-    return SAMPLERS.build("search", {}, where="sampling", prompts=prompts, seed=cfg.run.seed,
-                          search=cfg.search.settings())
+    settings = cfg.search.settings()
+    prm = None
+    if settings.prm is not None:  # partial nodes valued by a `rlvr prm` PRM (ConfigErrors name search.prm)
+        prm = load_search_prm(settings, tokenizer, task, device=cfg.model.device)
+    return SAMPLERS.build("search", {}, where="sampling", prompts=prompts, seed=cfg.run.seed, search=settings,
+                          prm=prm)
 
 
 def open_run(cfg: Config, run_dir: Path, resume: bool, task: Any, tokenizer: Any, device: torch.device) -> Run:
@@ -171,7 +172,7 @@ def open_run(cfg: Config, run_dir: Path, resume: bool, task: Any, tokenizer: Any
         run = Run(
             cfg=cfg, run_dir=run_dir, task=task, prompts=prompts, tokenizer=tokenizer,
             renderer=PromptRenderer(task, tokenizer, cfg.model.chat_template, processor if visual else None),
-            roles=roles, processor=processor, sampler=_build_sampler(cfg, prompts),
+            roles=roles, processor=processor, sampler=_build_sampler(cfg, prompts, tokenizer, task),
             params=SamplingParams(n=cfg.rollout.n, temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
                                   top_k=cfg.rollout.top_k, max_new_tokens=cfg.rollout.max_new_tokens,
                                   stop=list(cfg.rollout.stop)),
