@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from rlvr.config import ConfigError, load_config
-from rlvr.eval.search import evaluate_search, load_search_prm, prm_complete_scores
+from rlvr.eval.search import evaluate_search, prm_complete_scores
 from rlvr.rollout import SamplingParams
-from rlvr.sampling.search import SearchSettings, prm_step_value, search_prompt
+from rlvr.sampling.search import SearchSettings, load_search_prm, prm_step_value, search_prompt
 from rlvr.search import Budget, SearchTree
 from rlvr.tasks.addition import AdditionTask
 from rlvr.types import Sample, TaskRecord

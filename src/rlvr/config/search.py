@@ -40,7 +40,7 @@ class SearchConfig(ComponentSpec):
         "responses, both with no verifier during the search (docs/search.md).")
     prm: str | None = Field(None, description="A process reward model directory written by `rlvr prm` (its "
                             "final/): partial nodes are valued by its score of their last complete step instead "
-                            "of by rollouts. Evaluation only (rlvr eval).")
+                            "of by rollouts (rlvr eval and rlvr train).")
     prm_terminal: bool = Field(False, description="With search.prm and search.select=value|vote: score complete "
                                "responses by the PRM too (its weakest step) instead of the policy's confidence.")
 

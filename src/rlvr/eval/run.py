@@ -55,7 +55,7 @@ def run_eval(cfg: Config, model_path: str, out: Path | None, *, key: str = "MODE
                                trust_remote_code=cfg.model.trust_remote_code, key=key)
     search_prm = None
     if cfg.search is not None and cfg.search.prm is not None:  # checked before the policy loads
-        from rlvr.eval.search import load_search_prm
+        from rlvr.sampling.search import load_search_prm
 
         search_prm = load_search_prm(cfg.search.settings(), tokenizer, task, device=cfg.model.device)
     dtype = resolve_dtype(cfg.model.dtype, device)

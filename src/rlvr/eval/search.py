@@ -21,7 +21,7 @@ solved = the chosen answer is correct (the verifier checks only the chosen one, 
 and vote). Tokens spent = every token the engine generated for the problem (`SearchStats.tokens`; for sampling,
 the samples' tokens).
 
-With `search.prm=DIR` (a `rlvr prm` run's final/, loaded by `load_search_prm`), partial nodes are valued by
+With `search.prm=DIR` (a `rlvr prm` run's final/, loaded by `rlvr.sampling.search.load_search_prm`), partial nodes are valued by
 the PRM's score of their last complete step instead of by rollouts (`rlvr.sampling.search.prm_step_value`);
 with `search.prm_terminal=true` (select value or vote) complete responses are scored by the PRM as well, by
 their weakest step (the `prm` reward's value), in place of the confidence c(y).
@@ -41,14 +41,7 @@ from dataclasses import replace
 from typing import Any
 
 from rlvr.rewards import CorrectnessReward, RewardFunction
-from rlvr.sampling.search import (  # noqa: F401  (load_search_prm: rlvr eval loads the PRM through here)
-    SearchResult,
-    SearchSettings,
-    group_scorer,
-    load_search_prm,
-    prm_step_value,
-    search_prompt,
-)
+from rlvr.sampling.search import SearchResult, SearchSettings, group_scorer, prm_step_value, search_prompt
 from rlvr.types import Group, Sample, TaskRecord
 
 SELECTS = ("verifier", "value", "vote")

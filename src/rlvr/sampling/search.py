@@ -66,7 +66,7 @@ class SearchSettings:
     leaf_rollouts: int = 1
     advantage: str = "rewards"  # rewards (the run's estimator) or a tree advantage: parent, treerl, siblings
     select: str = "verifier"  # evaluation: how the answer is chosen (verifier, value, vote; rlvr.eval.search)
-    prm: str | None = None  # a `rlvr prm` directory: partial nodes valued by it (evaluation; `prm_step_value`)
+    prm: str | None = None  # a `rlvr prm` directory: partial nodes valued by it (`prm_step_value`)
     prm_terminal: bool = False  # evaluation without the verifier: complete responses scored by the PRM too
 
     def budget(self) -> Budget:
