@@ -5,6 +5,7 @@ the weights, their names and deep copies are unaffected."""
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 
 import pytest
@@ -95,7 +96,7 @@ def test_weights_names_and_deep_copies_are_unaffected(model_dir):
     assert compile_decoder(model, backend="eager")
     assert list(model.state_dict()) == list(plain.state_dict())
     clone = copy.deepcopy(model)  # what LoRA's merge-for-saving does
-    assert clone.get_decoder().forward.args[0] is clone.get_decoder()  # bound to the copy, not the original
+    assert clone.get_decoder().forward.args[1] is clone.get_decoder()  # bound to the copy, not the original
     with torch.no_grad():
         for p in clone.parameters():
             p.mul_(0.5)
@@ -106,3 +107,25 @@ def test_weights_names_and_deep_copies_are_unaffected(model_dir):
         reference = forward_tokens(plain, ids, attention, mask).logprobs
     assert torch.equal(ours, reference) or torch.allclose(ours, reference, rtol=0, atol=1e-5)
     assert not torch.allclose(theirs, reference, atol=1e-3)
+
+
+def test_generate_runs_the_eager_forward(model_dir, monkeypatch):
+    """Calls with a KV cache (generate: the hf engine, evaluation) bypass the compiled forward."""
+    plain, model = load_causal_lm(model_dir), load_causal_lm(model_dir)
+    assert compile_decoder(model, backend="eager")
+    compiled = model.get_decoder().forward.args[0]
+    calls = []
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs.get("past_key_values"))
+        return compiled(*args, **kwargs)
+
+    model.get_decoder().forward = functools.partial(model.get_decoder().forward.func, counting, model.get_decoder())
+    ids = torch.tensor([[5, 6, 7, 8]])
+    with torch.no_grad():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=4, do_sample=False)
+        ref = plain.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=4, do_sample=False)
+    assert torch.equal(out, ref)
+    assert calls == []  # every generate call carried a cache and ran eagerly
+    forward_tokens(model, *_batch(2, 8, seed=2))
+    assert len(calls) == 1 and calls[0] is None  # the learner's call ran compiled

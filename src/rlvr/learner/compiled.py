@@ -7,8 +7,9 @@ length reuse one graph. Compilation is lazy in torch, and a backend can fail onl
 if anything fails, the decoder stays eager and one warning names the backend and the error. The probe leaves
 no gradient behind and draws no random numbers.
 
-The compiled forward is `functools.partial(compiled_class_forward, decoder)`: a deep copy of the model (LoRA's
-merge for saving) then binds the copy, not the original. The weights, their names and the state dict are
+Only the learner's calls run compiled: a call with a KV cache (`generate`, used by the hf engine and by
+evaluation) takes the class's eager forward. The compiled forward is a `functools.partial` holding the
+decoder: a deep copy of the model (LoRA's merge for saving) then binds the copy, not the original. The weights, their names and the state dict are
 untouched, so checkpoints and `final/` are the same as without compiling.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from typing import Any
 
 import torch
 
@@ -32,7 +34,7 @@ def compile_decoder(model: torch.nn.Module, backend: str = "inductor") -> bool:
         if backend == "zentorch":
             import zentorch  # noqa: F401  (registers the "zentorch" backend)
         compiled = torch.compile(type(decoder).forward, dynamic=True, backend=backend)
-        decoder.forward = functools.partial(compiled, decoder)
+        decoder.forward = functools.partial(_dispatch, compiled, decoder)
         _probe(decoder)
     except Exception as err:  # an unknown backend, a missing plugin or C++ compiler, an unsupported op
         decoder.__dict__.pop("forward", None)  # the class's eager forward again
@@ -43,6 +45,15 @@ def compile_decoder(model: torch.nn.Module, backend: str = "inductor") -> bool:
                     backend, type(err).__name__, first_line)
         return False
     return True
+
+
+def _dispatch(compiled: Any, decoder: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+    """The compiled forward for the learner's calls; the class's eager one for calls with a KV cache
+    (`generate` in the hf engine and evaluation), whose per-token shapes and cache objects would each cost a
+    compilation, outside the probe's fallback."""
+    if kwargs.get("past_key_values") is not None:
+        return type(decoder).forward(decoder, *args, **kwargs)
+    return compiled(decoder, *args, **kwargs)
 
 
 def _probe(decoder: torch.nn.Module) -> None:
