@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from rlvr import faults
+from rlvr.errors import ConfigError
 from rlvr.rollout.base import RolloutEngine, SamplingParams
 from rlvr.types import Sample
 
@@ -251,8 +252,8 @@ class RayEngine(RolloutEngine):
         one contiguous chunk per worker."""
         if mm_inputs is not None:
             if not self.multimodal:
-                raise NotImplementedError(f"the {self.cfg.rollout.engine} engine of the rollout workers does not "
-                                          "take images; use rollout.engine=hf for vision-language tasks")
+                raise ConfigError(f"rollout.engine: the {self.cfg.rollout.engine} engine of the rollout workers "
+                                  "does not take images; set rollout.engine=hf for vision-language tasks")
             if len(mm_inputs) != len(prompts):
                 raise ValueError(f"{len(prompts)} prompts but {len(mm_inputs)} mm_inputs")
             mm_inputs = list(mm_inputs)

@@ -103,6 +103,8 @@ class Learner:
                              "live in the learner's process; set distributed.reference_worker=false")
         self.total_optimizer_steps = cfg.train.steps * cfg.train.ppo_epochs * cfg.train.mini_batches
         # train.compile: not with FSDP2's sharded parameters (their collectives run inside the forward)
+        if cfg.train.compile and self.sharded:
+            log.warning("train.compile is ignored with distributed.learner=fsdp2: the sharded model runs eager")
         self.compiled = cfg.train.compile and not self.sharded and compile_decoder(model, cfg.train.compile_backend)
         head_group = []
         if critic is not None and not critic.separate:
