@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import importlib.metadata
 import json
 import logging
@@ -63,6 +64,30 @@ def apply_threads(setting: int | str | None) -> int | None:
     torch.set_num_threads(threads)
     logging.getLogger("rlvr").info("torch threads: %d (run.threads=%s)", threads, setting)
     return threads
+
+
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # glibc's <malloc.h> mallopt parameters
+
+
+def reuse_freed_memory(enabled: bool = True) -> bool:
+    """`run.reuse_memory`: make glibc's malloc keep freed memory in the process for reuse. By default glibc
+    serves every block above its mmap threshold (at most 32 MiB) with a fresh mmap and unmaps it on free, so a
+    training step that allocates and frees GBs of large tensors (gradients, activations, the tied embedding's
+    [vocab, hidden] gradient) page-faults and zeroes every page again on every step. With mmap off for malloc
+    (M_MMAP_MAX 0) and no trimming of the heap's top (M_TRIM_THRESHOLD at its maximum), freed blocks are reused
+    and the resident size stays at the peak. Returns whether it was applied (only on Linux with glibc; affects
+    allocations made after the call)."""
+    if not enabled or not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.gnu_get_libc_version  # noqa: B018 (glibc only: musl has no mallopt semantics to rely on)
+    except (OSError, AttributeError):
+        return False
+    applied = libc.mallopt(_M_MMAP_MAX, 0) == 1 and libc.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1) == 1
+    if applied:
+        logging.getLogger("rlvr").info("malloc: freed memory kept for reuse (run.reuse_memory=true)")
+    return applied
 
 
 def step_seed(seed: int, step: int) -> int:

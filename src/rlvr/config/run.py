@@ -23,6 +23,12 @@ class RunConfig(Strict):
         "loaded machine a thread per core can be many times slower than one thread (docs/performance.md). "
         "The thread count changes float reduction order, so bit-exact resume needs the same integer."
     )
+    reuse_memory: bool = Field(
+        True, description="Linux/glibc: keep memory that freed tensors held in this process for the next ones "
+        "(mallopt: no mmap for large blocks, no trimming), instead of returning it to the OS and page-faulting "
+        "fresh zeroed pages each step. 1.6x faster learner updates on the 0.5B architecture "
+        "(docs/performance.md); the process's resident memory then stays at its peak. false: glibc's default."
+    )
 
 
 class CheckpointConfig(Strict):

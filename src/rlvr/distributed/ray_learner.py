@@ -46,7 +46,10 @@ class LearnerWorker:
 
         if threads:
             torch.set_num_threads(threads)
+        from rlvr.runtime import reuse_freed_memory
+
         self.cfg = Config.model_validate(cfg_data)
+        reuse_freed_memory(self.cfg.run.reuse_memory)  # this rank's process, before it loads the model
         self.rank, self.world_size = rank, world_size
         self.model_path = model_path
         self.learner: Any = None

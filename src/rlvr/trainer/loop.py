@@ -38,6 +38,7 @@ from rlvr.runtime import (
     attach_log_file,
     console,
     prepare_run_dir,
+    reuse_freed_memory,
     step_seed,
 )
 from rlvr.tracking import RolloutWriter, build_sinks
@@ -56,6 +57,7 @@ def train(cfg: Config, *, resume: bool = False, stop_after: int | None = None) -
     """Run (or resume) RL training; returns the run directory. `stop_after` ends this invocation after that many
     steps in total, as if interrupted (tests use it)."""
     apply_threads(cfg.run.threads)  # run.threads: before any work, and before versions.json records it
+    reuse_freed_memory(cfg.run.reuse_memory)  # before the model's tensors are allocated
     multi_rank = dp.init_from_env()  # torchrun: a data-parallel learner over the ranks
     task, tokenizer, device = preflight(cfg, multi_rank)  # bad input fails before any run directory exists
     run_dir = prepare_run_dir(cfg, resume) if dp.is_main() else None
