@@ -93,18 +93,17 @@ def test_lora_logprobs_at_init_equal_the_base_and_one_step_trains_adapters_not_t
     assert any(not torch.equal(v, projector(policy).state_dict()[k]) for k, v in proj.items())
 
 
-def test_lora_vlm_run_exports_a_merged_vlm_and_checkpoints_the_projector(tmp_path):
+def test_lora_vlm_run_exports_a_merged_vlm_checkpoints_the_projector_and_resumes_bit_exactly(tmp_path):
     from safetensors.torch import load_file
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     from rlvr.tracking import read_metrics
     from rlvr.trainer.loop import train
 
-    cfg = load_config(None, [*BASE, "model.lora={r: 4, alpha: 8}", "train.steps=2", "train.prompts_per_step=2",
-                             "rollout.n=4", "rollout.max_new_tokens=12", "optim.lr=1e-2", "checkpoint.every=2",
-                             "eval.before=false", "eval.after=false", "logging.progress=false",
-                             f"run.dir={tmp_path / 'run'}"])
-    run = train(cfg)
+    common = [*BASE, "model.lora={r: 4, alpha: 8}", "train.steps=2", "train.prompts_per_step=2", "rollout.n=4",
+              "rollout.max_new_tokens=12", "optim.lr=1e-2", "checkpoint.every=1", "eval.before=false",
+              "eval.after=false", "logging.progress=false", "algorithm.kl_coef=0.01"]  # a reference too
+    run = train(load_config(None, [*common, f"run.dir={tmp_path / 'run'}"]))
     metrics = read_metrics(run)
     assert len(metrics) == 2 and all(m["rollout/logprob_abs_diff"] < 1e-4 for m in metrics)
     assert all(torch.isfinite(torch.tensor(m["pg_loss"])) for m in metrics)
@@ -129,6 +128,15 @@ def test_lora_vlm_run_exports_a_merged_vlm_and_checkpoints_the_projector(tmp_pat
     load_lora_state(rebuilt, state["lora"])
     merged = exportable(rebuilt).state_dict()
     assert all(torch.equal(merged[k], weights[k]) for k in weights)
+
+    # interrupted after step 1 and resumed: the same metrics and the same final weights, bit for bit
+    part = train(load_config(None, [*common, f"run.dir={tmp_path / 'part'}"]), stop_after=1)
+    resumed = train(load_config(part / "config.yaml", [f"run.dir={part}"]), resume=True)
+    strip = [{k: v for k, v in m.items() if not k.endswith(("_s", "tokens_per_s"))} for m in metrics]
+    assert strip == [{k: v for k, v in m.items() if not k.endswith(("_s", "tokens_per_s"))}
+                     for m in read_metrics(resumed)]
+    again = load_file(str(resumed / "final" / "model.safetensors"))
+    assert all(torch.equal(again[k], saved[k]) for k in saved)
 
 
 def test_lora_with_an_image_task_passes_preflight_and_bad_combinations_are_named():
