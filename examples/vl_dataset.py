@@ -1,4 +1,4 @@
-"""Write a tiny image dataset for the `jsonl` task's `image_column`: vl_count scenes as PNG files.
+"""Write a tiny image dataset for the `jsonl` (or `hf_dataset`) task's `image_column`: vl_count scenes as PNG files.
 
     python examples/vl_dataset.py --out /tmp/vl_data --rows 64
     rlvr eval builtin-vl --task jsonl task.path=/tmp/vl_data/shapes.jsonl task.image_column=image task.verifier=numeric task.extract=last_number --n 4 --k 1,4
@@ -8,6 +8,10 @@
     {"prompt": "How many shapes are in the image?", "answer": "3", "image": "images/0000.png"}
 
 `--parquet` also writes `shapes.parquet` with the same rows and the PNG bytes in the image column (needs pyarrow).
+`--hf` also writes `shapes_hf/`, a Hugging Face `save_to_disk` dataset whose `image` column is a `datasets.Image`
+feature (needs datasets), for the `hf_dataset` task:
+
+    rlvr eval builtin-vl --task hf_dataset task.path=/tmp/vl_data/shapes_hf task.question_field=prompt task.image_column=image task.verifier=numeric task.extract=last_number --n 4 --k 1,4
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--parquet", action="store_true")
+    parser.add_argument("--hf", action="store_true")
     args = parser.parse_args()
     task = build_task("vl_count", {"train_size": args.rows, "eval_size": 1, "seed": args.seed})
     (args.out / "images").mkdir(parents=True, exist_ok=True)
@@ -46,7 +51,17 @@ def main() -> None:
         table = pa.table({"prompt": [r["prompt"] for r in rows], "answer": [r["answer"] for r in rows],
                           "image": pa.array(blobs, type=pa.binary())})
         pq.write_table(table, args.out / "shapes.parquet")
-    print(f"wrote {len(rows)} rows to {args.out / 'shapes.jsonl'}" + (" and shapes.parquet" if args.parquet else ""))
+    if args.hf:
+        import datasets
+
+        features = datasets.Features({"prompt": datasets.Value("string"), "answer": datasets.Value("string"),
+                                      "image": datasets.Image()})
+        ds = datasets.Dataset.from_dict({"prompt": [r["prompt"] for r in rows], "answer": [r["answer"] for r in rows],
+                                         "image": [record.images[0] for record in task.train[: args.rows]]},
+                                        features=features)
+        ds.save_to_disk(str(args.out / "shapes_hf"))
+    extra = [name for name, on in (("shapes.parquet", args.parquet), ("shapes_hf/", args.hf)) if on]
+    print(f"wrote {len(rows)} rows to {args.out / 'shapes.jsonl'}" + "".join(f" and {e}" for e in extra))
 
 
 if __name__ == "__main__":

@@ -5,25 +5,38 @@
 Checkpoints stay plain Hugging Face directories: the weights written are the merged model (base + B A scaled),
 so any checkpoint or `final/` loads with transformers alone; the adapter weights themselves go into the
 trainer state, and resuming rebuilds the policy as base + restored adapters, so a resumed run is bit-exact.
+
+A vision-language model (a config with `vision_config`, e.g. builtin-vl) gets adapters on its language model's
+linear layers only: `target_modules` is matched against the modules under `language_model` (never the vision
+tower, the projector or the LM head). `train_modules` names modules that train in full beside the adapters
+(peft's `modules_to_save`: the projector when `model.freeze_projector=false`); their trained copies are part of
+the adapter state a checkpoint keeps, and merging puts them back in place.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 
-def apply_lora(model: Any, spec: Any) -> Any:
-    """Wrap `model` with LoRA adapters per `spec` (r, alpha, dropout, target_modules); only they train."""
+def apply_lora(model: Any, spec: Any, *, train_modules: Sequence[str] = ()) -> Any:
+    """Wrap `model` with LoRA adapters per `spec` (r, alpha, dropout, target_modules); only they (and the modules
+    named in `train_modules`, trained in full) train. A vision-language model is adapted in its language model
+    only (`language_model_targets`)."""
     try:
         from peft import LoraConfig, get_peft_model
     except ImportError:
         raise ImportError("model.lora needs the peft package: pip install peft (or the rlvr[lora] extra)") from None
-    targets = spec.target_modules if isinstance(spec.target_modules, str) else list(spec.target_modules)
+    targets: str | list[str]
+    if is_vision_language(model):
+        targets = language_model_targets(model, spec.target_modules)
+    else:
+        targets = spec.target_modules if isinstance(spec.target_modules, str) else list(spec.target_modules)
     config = LoraConfig(r=spec.r, lora_alpha=spec.alpha, lora_dropout=spec.dropout, target_modules=targets,
-                        bias="none", task_type="CAUSAL_LM")
+                        bias="none", task_type="CAUSAL_LM", modules_to_save=list(train_modules) or None)
     try:
         wrapped = get_peft_model(model, config)
     except ValueError as err:  # e.g. a target module name that is not in the model
@@ -31,11 +44,40 @@ def apply_lora(model: Any, spec: Any) -> Any:
     return wrapped
 
 
+def is_vision_language(model: Any) -> bool:
+    return getattr(getattr(model, "config", None), "vision_config", None) is not None
+
+
+def language_model_targets(model: Any, target_modules: Sequence[str] | str) -> list[str]:
+    """Full names of the linear layers under the model's `language_model` whose last name part is in
+    `target_modules` ("all-linear": all of them). Full names match exactly one module each in peft, so a
+    vision-tower layer with the same short name (CLIP's q_proj) is never adapted."""
+    linear = [name for name, module in model.named_modules()
+              if isinstance(module, torch.nn.Linear) and "language_model" in name.split(".")[:-1]]
+    if not linear:
+        raise ValueError(f"model.lora: found no linear layers under a `language_model` module in this "
+                         f"{type(model).__name__}; LoRA on a vision-language model adapts its language model only")
+    if target_modules == "all-linear":
+        return linear
+    wanted = set(target_modules)
+    chosen = [name for name in linear if name.rsplit(".", 1)[-1] in wanted]
+    if not chosen:
+        names = sorted({name.rsplit(".", 1)[-1] for name in linear})
+        raise ValueError(f"model.lora.target_modules: none of {sorted(wanted)} is a linear layer of the language "
+                         f"model; its linear layers are named {', '.join(names)} (or use all-linear)")
+    return chosen
+
+
 def lora_summary(model: Any, spec: Any) -> str:
     """What peft users expect to see: adapters on, where, and how many parameters train."""
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in model.parameters())
     targets = spec.target_modules if isinstance(spec.target_modules, str) else ", ".join(spec.target_modules)
+    if is_vision_language(model):
+        targets = f"the language model's {targets}"
+        full = getattr(model.peft_config.get("default"), "modules_to_save", None) if is_lora(model) else None
+        if full:
+            targets += f"; trained in full: {', '.join(full)}"
     return (f"LoRA adapters on ({targets}; r={spec.r}, alpha={spec.alpha:g}, dropout={spec.dropout:g}): "
             f"trainable params {trainable:,} of {total:,} ({100 * trainable / max(total, 1):.2f}%)")
 

@@ -116,7 +116,13 @@ def load_vlm_for_training(path: str | Path, *, dtype: torch.dtype = torch.float3
 
 
 def _inner(model: Any) -> Any:
+    """The LLaVA-style core (`.vision_tower`, `.multi_modal_projector`), also under a peft (LoRA) wrapper."""
+    if callable(getattr(model, "get_base_model", None)):
+        model = model.get_base_model()
     return getattr(model, "model", model)
+
+
+PROJECTOR_MODULE = "model.multi_modal_projector"  # its full name in a LLaVA checkpoint (peft's modules_to_save)
 
 
 def vision_tower(model: Any) -> torch.nn.Module:

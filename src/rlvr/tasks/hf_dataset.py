@@ -1,13 +1,15 @@
 """Local Hugging Face datasets as a task: a `save_to_disk` directory, a directory of data files, or data files
 (parquet, json/jsonl, arrow, csv), read with the `datasets` library. Nothing is downloaded.
 
-The answer checking (`verifier`, `extract`) and the seeded held-out share are the `jsonl` task's.
+The answer checking (`verifier`, `extract`) and the seeded held-out share are the `jsonl` task's, and so is
+`image_column` (`rlvr.tasks.images.checked_dataset_images`), which also reads a `datasets.Image` feature.
 `datasets` is an optional extra (`pip install 'rlvr[hf]'`), imported only when such a task is built.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import glob
 import json
 import logging
@@ -15,12 +17,13 @@ import os
 from collections.abc import Iterable, Iterator
 from itertools import islice
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
 from rlvr.rewards.verifiers import ExtractMode
 from rlvr.tasks.base import TASKS, TaskError, holdout_split
+from rlvr.tasks.images import ImageError, checked_dataset_images, image_key
 from rlvr.tasks.jsonl import AnswerCheck, ReferenceAnswerTask
 from rlvr.types import TaskRecord
 
@@ -146,7 +149,14 @@ class HfDatasetTask(ReferenceAnswerTask):
     infers them), or one or more data files / globs (one split, `train`). Without `heldout_split`, a seeded
     `eval_fraction` of `split` is held out; training rows whose question is held out are dropped. With
     `streaming`, rows are iterated rather than converted to an Arrow cache first, and reading stops after
-    `max_rows`. A row whose question is not a non-empty string or whose answer is missing is skipped and counted.
+    `max_rows`. A row whose question is not a non-empty string or whose answer is missing is malformed: skipped
+    and counted (`on_bad_row: skip`), or the load stops naming the split and row (`error`).
+
+    `image_column` makes it a visual task, as in the `jsonl` task: each cell is an image path (relative to the
+    dataset directory or the data file's folder), a `data:image/...;base64,` URI, bytes, a `{bytes, path}` struct
+    or a list of those; a `datasets.Image` feature (or a list of them) is read undecoded, as `{bytes, path}`, so
+    only each image's header is read at load. A row whose image is missing or does not start like an image is
+    a malformed row (counted in `bad_images` too). Held-out rows are told apart by question and images.
     """
 
     name = "hf_dataset"
@@ -165,6 +175,8 @@ class HfDatasetTask(ReferenceAnswerTask):
         streaming: bool = False,
         max_rows: Annotated[int, Field(gt=0)] | None = None,
         cache_dir: str | None = None,
+        image_column: str | None = None,
+        on_bad_row: Literal["skip", "error"] = "skip",
         seed: Annotated[int, Field(ge=0)] = 0,
         prompt_template: str | None = None,
         chat_prompt_template: str | None = None,
@@ -174,6 +186,13 @@ class HfDatasetTask(ReferenceAnswerTask):
                          system_prompt=system_prompt)
         self.path = path
         self.fields = {"question": question_field, "answer": answer_field}
+        if image_column is not None:
+            self.fields["image"] = image_column
+        self.visual = image_column is not None  # its records carry images: a vision-language model renders them
+        self.bad_images: list[tuple[str, str]] = []  # (row id, why) of rows left out for an unusable image
+        self.on_bad_row = on_bad_row
+        first = Path(path if isinstance(path, str) else path[0]).expanduser()
+        self.image_dir = (first if first.is_dir() else first.parent).resolve()  # relative image paths start here
         self.verifier = verifier
         self.extract = extract
         self.streaming = streaming
@@ -181,11 +200,15 @@ class HfDatasetTask(ReferenceAnswerTask):
         self.cache_dir = cache_dir
         self.bad_rows = 0
         heldout = self._load(heldout_split, "heldout_split") if heldout_split else None
+        key = (lambda r: (r.question, r.meta["images"])) if self.visual else (lambda r: r.question)
         self._train, self._heldout = holdout_split(self._load(split, "split"), heldout, eval_fraction=eval_fraction,
-                                                   seed=seed, source=f"{_show(path)}:{split}")
-        if self.bad_rows:
+                                                   seed=seed, source=f"{_show(path)}:{split}", key=key)
+        if self.bad_rows > len(self.bad_images):
             log.warning("task: skipped %d rows of '%s' whose %s is not a non-empty string or whose %s is missing",
-                        self.bad_rows, _show(path), question_field, answer_field)
+                        self.bad_rows - len(self.bad_images), _show(path), question_field, answer_field)
+        if self.bad_images:
+            log.warning("task: skipped %d rows of '%s' for an unusable image, e.g. %s", len(self.bad_images),
+                        _show(path), self.bad_images[0][1])
 
     def _load(self, split: str, key: str) -> list[TaskRecord]:
         try:
@@ -205,6 +228,8 @@ class HfDatasetTask(ReferenceAnswerTask):
 
     def _read(self, split: str, key: str) -> list[TaskRecord]:
         ds = load_split(self.path, split, streaming=self.streaming, cache_dir=self.cache_dir, key=key)
+        if self.visual:
+            ds = _undecoded_images(ds, self.fields["image"])
         if not self.streaming and self.max_rows is not None:
             ds = ds.select(range(min(self.max_rows, len(ds))))
         rows: Iterable[dict[str, Any]] = ds if self.streaming else _batched_rows(ds, list(self.fields.values()))
@@ -217,23 +242,67 @@ class HfDatasetTask(ReferenceAnswerTask):
         present = list(getattr(ds, "column_names", None) or first)  # a streamed json split may not know them
         for role, col in self.fields.items():
             if col not in present:
-                raise TaskError(f"task.{role}_field: field '{col}' not found in split '{split}' of "
+                name = "image_column" if role == "image" else f"{role}_field"
+                raise TaskError(f"task.{name}: field '{col}' not found in split '{split}' of "
                                 f"'{_show(self.path)}'; fields are: {', '.join(present)}. "
-                                f"Set task.{role}_field to the right one.")
+                                f"Set task.{name} to the right one.")
         first_path = self.path if isinstance(self.path, str) else self.path[0]
         source = Path(first_path).stem if not any(c in first_path for c in "*?[") else "hf_dataset"
         records = []
+        where = f"split '{split}' of '{_show(self.path)}'"
         for i, row in enumerate(_chain(first, it)):
             question, answer = row.get(self.fields["question"]), row.get(self.fields["answer"])
             if not isinstance(question, str) or not question.strip() or answer is None or str(answer).strip() == "":
+                if self.on_bad_row == "error":
+                    raise TaskError(f"task.{key}: row {i} of {where} is malformed: its {self.fields['question']} "
+                                    f"is not a non-empty string or its {self.fields['answer']} is missing. Fix it, "
+                                    "or set task.on_bad_row=skip")
                 self.bad_rows += 1
                 continue
+            meta: dict[str, Any] = {"split": split, "row": i}
+            images = None
+            if self.visual:
+                try:
+                    images = checked_dataset_images(row.get(self.fields["image"]), self.image_dir,
+                                                    where=f"row {i} of {where}, column '{self.fields['image']}'")
+                except ImageError as err:
+                    if self.on_bad_row == "error":
+                        raise TaskError(f"task.{key}: {err}. Fix it, or set task.on_bad_row=skip") from None
+                    self.bad_rows += 1
+                    self.bad_images.append((f"{source}-{split}-{i}", str(err)))
+                    continue
+                meta["images"] = image_key(images)
             records.append(TaskRecord(id=f"{source}-{split}-{i}", question=question, answer=str(answer),
-                                      source=source, meta={"split": split, "row": i}))
+                                      source=source, images=images, meta=meta))
         if not records:
             raise TaskError(f"task.{key}: no usable rows in split '{split}' of '{_show(self.path)}' (every "
                             f"row's {self.fields['question']} or {self.fields['answer']} was missing or empty)")
         return records
+
+
+def _undecoded_images(ds: Any, column: str) -> Any:
+    """`ds` with a `datasets.Image` feature in `column` (alone or in lists) read undecoded, as {bytes, path}:
+    loading then reads each image's header only, never its pixels. Other columns and features are untouched."""
+    import datasets
+
+    features = getattr(ds, "features", None)
+    if not features or column not in features:
+        return ds
+    feature = copy.deepcopy(features[column])
+    found = False
+
+    def undecode(f: Any) -> None:
+        nonlocal found
+        if isinstance(f, datasets.Image):
+            f.decode, found = False, True
+        elif isinstance(f, (list, tuple)):
+            for item in f:
+                undecode(item)
+        elif hasattr(f, "feature"):  # List / Sequence / LargeList of images
+            undecode(f.feature)
+
+    undecode(feature)
+    return ds.cast_column(column, feature) if found else ds
 
 
 def _chain(first: dict[str, Any], rest: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:

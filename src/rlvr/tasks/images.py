@@ -5,11 +5,12 @@ encoded bytes (PNG, JPEG, ...); a list item is the frames of one short clip, in 
 `ImageError`s that name the record and the problem; a dataset loader uses `split_decodable` to skip and count
 broken rows instead of failing mid-run.
 
-Datasets from files (`task.image_column` of the `jsonl` task) give an image cell as a path relative to the data
-file, a `data:image/...;base64,` URI, raw bytes (a Parquet binary column), or a `{"bytes": ..., "path": ...}`
-struct (how Hugging Face `datasets` stores an Image feature in Parquet); a list of those is several images, a
-nested list the frames of one clip. `dataset_images` resolves a cell to record items and `probe_image` checks
-each one's header without decoding the pixels.
+Datasets from files (`task.image_column` of the `jsonl` and `hf_dataset` tasks) give an image cell as a path
+relative to the data file, a `data:image/...;base64,` URI, raw bytes (a Parquet binary column), a
+`{"bytes": ..., "path": ...}` struct (how Hugging Face `datasets` stores an Image feature), or a decoded PIL
+image (a `datasets.Image` feature read with decoding on; stored as PNG bytes); a list of those is several
+images, a nested list the frames of one clip. `dataset_images` resolves a cell to record items, `probe_image`
+checks each one's header without decoding the pixels, and `checked_dataset_images` does both.
 """
 
 from __future__ import annotations
@@ -116,6 +117,14 @@ def _decode_base64(text: str, where: str) -> bytes:
 
 def _dataset_item(cell: Any, base_dir: Path, where: str) -> str | bytes:
     """One image cell as a record item: an absolute path, or the image's bytes."""
+    from PIL import Image
+
+    if isinstance(cell, Image.Image):  # an already decoded image (a datasets.Image feature with decode=True)
+        if cell.width < 1 or cell.height < 1:
+            raise ImageError(f"{where}: the image is empty ({cell.width}x{cell.height})")
+        buf = io.BytesIO()
+        (cell if cell.mode in ("RGB", "RGBA", "L", "P", "I;16") else cell.convert("RGB")).save(buf, format="PNG")
+        return buf.getvalue()
     if isinstance(cell, dict):  # a Hugging Face Image feature: {"bytes": ..., "path": ...}
         if cell.get("bytes") is not None:
             return _dataset_item(cell["bytes"], base_dir, where)
@@ -137,8 +146,8 @@ def _dataset_item(cell: Any, base_dir: Path, where: str) -> str | bytes:
             return _decode_base64(payload, where)
         path = Path(text).expanduser()
         return str(path if path.is_absolute() else (base_dir / path).resolve())
-    raise ImageError(f"{where}: expected an image path, a data:image/...;base64 URI, bytes or a "
-                     f"{{bytes, path}} struct; got {type(cell).__name__}")
+    raise ImageError(f"{where}: expected an image path, a data:image/...;base64 URI, bytes, a {{bytes, path}} "
+                     f"struct or a PIL image; got {type(cell).__name__}")
 
 
 def dataset_images(cell: Any, base_dir: Path, *, where: str) -> list[Any]:
@@ -177,6 +186,16 @@ def probe_image(item: str | bytes, *, where: str) -> None:
         raise ImageError(f"{where}: {what} cannot be decoded ({type(e).__name__}: {e})") from None
     if width < 1 or height < 1:
         raise ImageError(f"{where}: the image is empty ({width}x{height})")
+
+
+def checked_dataset_images(cell: Any, base_dir: Path, *, where: str) -> list[Any]:
+    """`dataset_images` of one cell with every item's header checked (`probe_image`): the record `images` of a
+    dataset row, or an `ImageError` naming `where` (and the image's index when the row has several)."""
+    images = dataset_images(cell, base_dir, where=where)
+    flat = [f for item in images for f in (item if isinstance(item, list) else [item])]
+    for i, item in enumerate(flat):
+        probe_image(item, where=where if len(flat) == 1 else f"{where}, image {i}")
+    return images
 
 
 def image_key(items: list[Any]) -> tuple[str, ...]:

@@ -12,7 +12,7 @@ from pydantic import Field
 
 from rlvr.rewards.verifiers import ExtractMode, exact_equal, extract_answer, math_equal, numbers_equal
 from rlvr.tasks.base import TASKS, Task, TaskError, VerifyResult, holdout_split
-from rlvr.tasks.images import ImageError, dataset_images, image_key, probe_image
+from rlvr.tasks.images import ImageError, checked_dataset_images, image_key
 from rlvr.types import TaskRecord
 
 log = logging.getLogger(__name__)
@@ -212,12 +212,8 @@ class JsonlTask(ReferenceAnswerTask):
     def _row_images(self, row: dict[str, Any], path: Path, line_no: int) -> list[Any]:
         """The row's images as record items (absolute paths or bytes), each header checked."""
         column = self.columns["image"]
-        where = f"row {line_no} of '{path}', column '{column}'"
-        images = dataset_images(row.get(column), path.resolve().parent, where=where)
-        flat = [f for item in images for f in (item if isinstance(item, list) else [item])]
-        for i, item in enumerate(flat):
-            probe_image(item, where=where if len(flat) == 1 else f"{where}, image {i}")
-        return images
+        return checked_dataset_images(row.get(column), path.resolve().parent,
+                                      where=f"row {line_no} of '{path}', column '{column}'")
 
     def _row_problem(self, row: Any) -> str | None:
         if isinstance(row, BadRow):

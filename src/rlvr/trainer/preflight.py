@@ -35,6 +35,10 @@ def preflight(cfg: Config, multi_rank: bool) -> tuple[Any, Any, torch.device]:
         resolve_model_path(cfg.model.reference_path, "model.reference_path")
     if needs_teacher(cfg):  # a teacher grades the policy's tokens by id: the same tokenizer, checked now
         check_teacher_tokenizer(cfg.model.tokenizer_path or cfg.model.path, cfg.model.teacher_path)
+    if cfg.model.lora is not None and not cfg.model.freeze_vision_tower and is_vision_checkpoint(cfg.model.path):
+        raise ConfigError("model.freeze_vision_tower: LoRA on a vision-language model adapts its language layers "
+                          "only and keeps the vision tower frozen; set model.freeze_vision_tower=true, or remove "
+                          "model.lora to train the tower")
     device = resolve_device(cfg.model.device)
     processor = check_vision(cfg, task, tokenizer) if getattr(task, "visual", False) else None
     PromptRenderer(task, tokenizer, cfg.model.chat_template, processor)
@@ -81,7 +85,7 @@ def check_vision(cfg: Config, task: Any, tokenizer: Any) -> Any:
     if not getattr(engine, "multimodal", False):
         raise ConfigError(f"rollout.engine: the {cfg.rollout.engine} engine does not take images yet; task '{name}' "
                           "has images, so set rollout.engine=hf")
-    unsupported = {"model.lora": cfg.model.lora is not None, "algorithm.critic": cfg.algorithm.critic is not None,
+    unsupported = {"algorithm.critic": cfg.algorithm.critic is not None,
                    "agent": cfg.agent is not None, "model.teacher_path": needs_teacher(cfg)}
     for key, used in unsupported.items():
         if used:
