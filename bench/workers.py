@@ -619,7 +619,6 @@ def learner(args: dict[str, Any]) -> None:
     from rlvr.learner.learner import Learner
     from rlvr.learner.packing import padding_report, row_lengths
     from rlvr.models import load_causal_lm, load_tokenizer
-
     from rlvr.runtime import reuse_freed_memory
 
     reuse_freed_memory(args.get("reuse_memory", True))  # as `rlvr train` does by default (run.reuse_memory)
