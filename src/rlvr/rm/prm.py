@@ -5,6 +5,8 @@ Two phases in one command:
    them into steps with the task's `reasoning_steps` hook, roll out m completions from every step prefix, and
    label the step with the entropy-regularized value v_t; written to <run dir>/labels.jsonl (`label.path`
    reuses a file instead).
+   With `loss.type: oreal` (and `label.rollouts: 0`) only the solutions and their outcomes are kept, and
+   `rm/oreal.py` trains OREAL's token-level reward model on them instead (arXiv:2502.06781).
 2. training: a per-token scalar head (`AutoModelForTokenClassification`, one label) on the same causal LM, read
    at each step's last token and fitted to v_t:
 
@@ -167,7 +169,7 @@ def relabel(rows: list[dict[str, Any]], eta: float) -> list[dict[str, Any]]:
 
 def label_phase(cfg: PRMConfig, run_dir: Path, task: Any, tokenizer: Any, device: torch.device) -> Path:
     """Sample and label as `cfg.label` says; returns the labels file."""
-    if not callable(getattr(task, "reasoning_steps", None)):
+    if cfg.label.rollouts and not callable(getattr(task, "reasoning_steps", None)):
         raise ConfigError(f"task.name: rlvr prm labels reasoning steps through the task's reasoning_steps hook, "
                           f"which task '{cfg.task.name}' does not have; use task addition (see "
                           "docs/reward-models.md#process-rewards)")
@@ -188,10 +190,16 @@ def label_phase(cfg: PRMConfig, run_dir: Path, task: Any, tokenizer: Any, device
     path = write_labels(rows, run_dir / "labels.jsonl")
     steps = [s for r in rows for s in r["steps"]]
     values = [s["value"] for s in steps]
+    correct = sum(r["correct"] for r in rows)
+    elapsed = time.perf_counter() - started
+    if not cfg.label.rollouts:  # outcomes only (loss.type oreal)
+        console.print(f"Sampled {len(rows)} solutions ({len(records)} prompts, {correct} correct), no step "
+                      f"rollouts ({elapsed:.1f} s). Solutions: [bold]{escape(str(path))}[/bold]")
+        return path
     console.print(f"Labelled {len(steps)} step prefixes of {len(rows)} solutions ({len(records)} prompts, "
-                  f"{sum(r['correct'] for r in rows)} correct) with {cfg.label.rollouts} rollouts each, eta "
+                  f"{correct} correct) with {cfg.label.rollouts} rollouts each, eta "
                   f"{cfg.label.eta}: mean label {sum(values) / max(len(values), 1):.3f} "
-                  f"({time.perf_counter() - started:.1f} s). Labels: [bold]{escape(str(path))}[/bold]")
+                  f"({elapsed:.1f} s). Labels: [bold]{escape(str(path))}[/bold]")
     return path
 
 
@@ -216,6 +224,10 @@ def run_prm(cfg: PRMConfig) -> Path:
             rows = read_labels(label_phase(cfg, run_dir, task, tokenizer, device))
         if cfg.label.only:
             return run_dir
+        if cfg.loss.type == "oreal":  # OREAL's token-level RM: outcomes only, no step labels
+            from rlvr.rm.oreal import train_token_rm
+
+            return train_token_rm(cfg, rows, run_dir, tokenizer, device)
         examples, skipped = examples_from_rows(rows, cfg.data.max_length)
         train_all, heldout = split_by_prompt(examples, cfg.data.eval_fraction, cfg.run.seed)
         train_set = [e for e in train_all if e.positions]
