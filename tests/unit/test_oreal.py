@@ -138,3 +138,15 @@ def test_config_errors_name_the_key():
     with pytest.raises(ConfigError, match="label.rollouts"):
         load_config(None, ["label.rollouts=0"], schema=PRMConfig)
     load_config(None, ["label.rollouts=0", "loss.type=oreal"], schema=PRMConfig)
+
+
+def test_uniform_scores_with_normalize_reduce_to_rloo():
+    # a token RM that gives every token of a correct answer 0.9 and of a wrong one 0.1: normalized weights are 1,
+    # so the advantage is RLOO's, with the wrong samples at the negative factor
+    rewards, groups = T([1.0, 0.0, 0.0, 1.0]), T([0, 0, 0, 0])
+    correct, mask = rewards.bool(), torch.ones(4, 3)
+    scores = torch.where(correct[:, None], 0.9, 0.1).expand(4, 3)
+    adv = oreal_advantages(rewards, groups, correct, mask, scores, normalize=True)
+    rloo = ADVANTAGES.bind("rloo", {})(rewards, groups)  # [2/3, -2/3, -2/3, 2/3]
+    expected = (rloo * torch.where(correct, 1.0, 0.5))[:, None].expand(4, 3)
+    assert torch.allclose(adv.double(), expected.double(), atol=1e-6)
