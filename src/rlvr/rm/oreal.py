@@ -30,7 +30,7 @@ from rlvr.errors import ConfigError
 from rlvr.learner.optim import build_optimizer, build_scheduler
 from rlvr.models import check_vocab, resolve_dtype
 from rlvr.models.reward_head import load_step_reward_model, token_logits
-from rlvr.rm.data import ShuffledBatches
+from rlvr.rm.data import ShuffledBatches, split_by_prompt
 from rlvr.runtime import ProgressReporter, console, format_metrics, seed_everything
 from rlvr.tracking import JsonlSink
 from rlvr.trainer.checkpoint import save_checkpoint, save_hf_dir
@@ -121,8 +121,6 @@ def evaluate_token_rm(model: Any, examples: list[OutcomeExample], pad_id: int, d
 def train_token_rm(cfg: PRMConfig, rows: list[dict[str, Any]], run_dir: Path, tokenizer: Any,
                    device: torch.device) -> Path:
     """Fit the token-level reward model to the rows' outcomes; writes metrics.jsonl, token_rm_eval.json, final/."""
-    from rlvr.rm.prm import split_by_prompt  # one held-out split for both heads
-
     examples, skipped = outcome_examples(rows, cfg.data.max_length)
     train_set, heldout = split_by_prompt(examples, cfg.data.eval_fraction, cfg.run.seed)
     if not train_set or len({e.correct for e in train_set}) < 2:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +36,7 @@ from rlvr.errors import ConfigError
 from rlvr.learner.optim import build_optimizer, build_scheduler
 from rlvr.models import ModelError, check_vocab, load_causal_lm, load_tokenizer, resolve_device, resolve_dtype
 from rlvr.models.reward_head import load_step_reward_model, token_logits
-from rlvr.rm.data import ShuffledBatches
+from rlvr.rm.data import ShuffledBatches, split_by_prompt
 from rlvr.rm.prm_label import entropy_regularized_value, label_solutions, read_labels, write_labels
 from rlvr.rollout import SamplingParams, build_engine
 from rlvr.runtime import (
@@ -88,18 +87,6 @@ def examples_from_rows(rows: list[dict[str, Any]], max_length: int) -> tuple[lis
         out.append(StepExample(str(row["id"]), ids, [offset + int(s["token"]) for s in row["steps"]],
                                [float(s["value"]) for s in row["steps"]], bool(row["correct"])))
     return out, skipped
-
-
-def split_by_prompt(examples: list[StepExample], fraction: float, seed: int
-                    ) -> tuple[list[StepExample], list[StepExample]]:
-    """(train, held-out): a seeded `fraction` of the distinct prompts is held out with all its solutions."""
-    ids = sorted({e.prompt_id for e in examples})
-    random.Random(seed).shuffle(ids)
-    k = round(fraction * len(ids))
-    if fraction > 0 and len(ids) >= 2:
-        k = min(max(k, 1), len(ids) - 1)
-    held = set(ids[:k])
-    return [e for e in examples if e.prompt_id not in held], [e for e in examples if e.prompt_id in held]
 
 
 @torch.no_grad()
