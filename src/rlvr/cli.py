@@ -176,6 +176,9 @@ def prm(args: Annotated[list[str], typer.Argument(help=ARGS_HELP, show_default=F
     best-of-n selection; writes <run dir>/labels.jsonl and <run dir>/final, which
     `rewards: [{name: prm, path: <run dir>/final}]` loads.
 
+    With loss.type=oreal (recipes/prm_oreal.yaml) it trains OREAL's token-level reward model instead, from the
+    solutions' outcomes only (label.rollouts=0); its final/ is model.token_rm_path of the `oreal` advantage.
+
     Example: rlvr prm recipes/prm_er.yaml label.prompts=64 train.steps=200
     """
     from rlvr.config import PRMConfig, load_config

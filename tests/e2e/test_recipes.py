@@ -51,6 +51,9 @@ def test_recipe_trains_without_nan(recipe, tmp_path):
     if str(model_path).startswith("runs/") and not (ROOT / model_path).exists():
         # a model a script or an earlier stage builds (the tool model, LMM-R1's stage 1): use the base
         overrides.append("model.path=builtin-vl" if vision else "model.path=builtin")
+    token_rm = shipped.model.token_rm_path  # oreal's token-level RM, trained by an earlier `rlvr prm`: a fresh head
+    if token_rm is not None and token_rm.startswith("runs/") and not (ROOT / token_rm).exists():
+        overrides.append("model.token_rm_path=builtin")
     for i, r in enumerate(shipped.rewards):  # a reward model an earlier stage trains (er_prm's PRM): a fresh head
         path = r.params.get("path")
         if isinstance(path, str) and path.startswith("runs/") and not (ROOT / path).exists():

@@ -35,6 +35,8 @@ ADVANTAGE_INPUTS: dict[str, str] = {
     "tree_advantages": "[N, T] float, per-token advantages set on the samples by the rollout (a search tree's)",
     "step_rewards": "[N, T] float, each reasoning step's score on the step's last token (a step reward)",
     "step_mask": "[N, T] float, 1 on the last token of each scored step (a step reward)",
+    "token_rm_scores": "[N, T] float, sigmoid of a frozen token-level reward model's score of each token "
+                       "(model.token_rm_path; OREAL)",
 }
 
 LOSS_INPUTS: dict[str, str] = {

@@ -29,6 +29,10 @@ class ModelConfig(Strict):
     teacher_path: str | None = Field(None, description="Frozen teacher for distillation (an algorithm that "
                                      "takes teacher_logprobs): a local HF dir or 'builtin-teacher'. It must "
                                      "share the policy's tokenizer.")
+    token_rm_path: str | None = Field(None, description="Frozen token-level reward model (a one-label "
+                                      "token-classification dir, e.g. final/ of `rlvr prm` with loss.type oreal) "
+                                      "for an algorithm that takes token_rm_scores (OREAL). It must share the "
+                                      "policy's tokenizer.")
     tokenizer_path: str | None = Field(None, description="Tokenizer dir; default: path.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="auto: float32 on CPU, bfloat16 on GPU."

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from rlvr.config.base import ComponentSpec, Strict
 from rlvr.config.model import ModelConfig
@@ -23,7 +23,8 @@ class PRMLabelConfig(Strict):
                          "from the start).")
     solutions: int = Field(4, ge=1, description="Solutions sampled per prompt with the initial policy (model.path); "
                            "every step prefix of each is labelled. Also the n of best-of-n.")
-    rollouts: int = Field(8, ge=1, description="m: completions rolled out from each step prefix.")
+    rollouts: int = Field(8, ge=0, description="m: completions rolled out from each step prefix. 0: no step "
+                          "rollouts, only the solutions and their outcomes (loss.type oreal needs nothing more).")
     eta: float = Field(2.0, ge=0, description="eta of the entropy-regularized value v = (1/eta) log mean exp(eta "
                        "r_j). 0: the mean (soft Monte Carlo label); .inf: the max (hard label). Default 2 (ER-PRM's main "
                        "setting as we recall it; not re-checked against the paper's text). With label.path: when it differs "
@@ -55,8 +56,11 @@ class PRMTrainConfig(Strict):
 
 
 class PRMLossConfig(Strict):
-    type: Literal["bce", "mse"] = Field("bce", description="bce: cross-entropy of sigmoid(score) against the soft "
-                                        "label v (ER-PRM, Math-Shepherd); mse: (sigmoid(score) - v)^2.")
+    type: Literal["bce", "mse", "oreal"] = Field(
+        "bce", description="bce: cross-entropy of sigmoid(score) against the soft step label v (ER-PRM, "
+        "Math-Shepherd); mse: (sigmoid(score) - v)^2; oreal: OREAL's token-level reward model (arXiv:2502.06781), "
+        "trained from outcome labels only: sigmoid(mean over the response's tokens of the score) against the "
+        "verifier's 0/1 (no step labels; label.rollouts 0 skips the step rollouts).")
 
 
 class PRMEvalConfig(Strict):
@@ -82,3 +86,11 @@ class PRMConfig(Strict):
     optim: OptimConfig = Field(default_factory=lambda: OptimConfig(lr=3e-4))
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+
+    @model_validator(mode="after")
+    def _rollouts_for_step_labels(self) -> PRMConfig:
+        if self.label.rollouts == 0 and self.loss.type != "oreal" and self.label.path is None:
+            raise ValueError(f"label.rollouts: loss.type {self.loss.type} trains on step labels, which need m >= 1 "
+                             "rollouts per step prefix; set label.rollouts (e.g. 8), or loss.type=oreal to train "
+                             "on outcomes only")
+        return self

@@ -74,11 +74,16 @@ def needs_teacher(cfg: Config) -> bool:
     return bool({"teacher_logprobs", "teacher_logits"} & algorithm_inputs(cfg))
 
 
+def needs_token_rm(cfg: Config) -> bool:
+    return "token_rm_scores" in algorithm_inputs(cfg)
+
+
 
 class Learner:
     def __init__(self, model: torch.nn.Module, cfg: Config, reference: Any = None, critic: Critic | None = None,
-                 teacher: Any = None):
+                 teacher: Any = None, token_rm: Any = None):
         self.model = model
+        self.token_rm = token_rm  # OREAL's frozen token-level reward model (token_rm_scores), or None
         # the KL reference and the distillation teacher: log-prob models (here or on Ray); a bare module is
         # wrapped as one
         self.reference, self.teacher = (None if m is None else
@@ -236,6 +241,10 @@ class Learner:
             batch.teacher_logprobs = self.teacher.token_logprobs(batch, self.temperature).to(self.device)
         if self.critic is not None:
             batch.values = self._values_all(batch)
+        token_rm_scores = None
+        if "token_rm_scores" in self.advantage_inputs:
+            assert self.token_rm is not None, "a token-level reward model is needed but was not loaded"
+            token_rm_scores = self.token_rm.token_scores(batch).to(self.device)
 
         rewards = batch.rewards.to(self.device)
         token_rewards = torch.zeros_like(batch.mask)
@@ -253,7 +262,7 @@ class Learner:
             "ref_logprobs": batch.ref_logprobs, "entropy": entropy, "values": batch.values,
             "token_rewards": token_rewards, "input_ids": batch.input_ids, "off_policy": batch.off_policy,
             "teacher_logprobs": batch.teacher_logprobs, "step_rewards": batch.step_rewards,
-            "step_mask": batch.step_mask,
+            "step_mask": batch.step_mask, "token_rm_scores": token_rm_scores,
             "tree_advantages": batch.advantages,  # as the samples brought them (Batch.from_groups)
         }
 

@@ -157,3 +157,15 @@ class ShuffledBatches:
             self.order += torch.randperm(self.population, generator=self.generator).tolist()
         picked, self.order = self.order[: self.batch_size], self.order[self.batch_size :]
         return picked
+
+
+def split_by_prompt(examples: list[Any], fraction: float, seed: int) -> tuple[list[Any], list[Any]]:
+    """(train, held-out) of examples with a `prompt_id`: a seeded `fraction` of the distinct prompts is held out
+    with all its solutions (`rlvr prm`'s PRM and token RM)."""
+    ids = sorted({e.prompt_id for e in examples})
+    random.Random(seed).shuffle(ids)
+    k = round(fraction * len(ids))
+    if fraction > 0 and len(ids) >= 2:
+        k = min(max(k, 1), len(ids) - 1)
+    held = set(ids[:k])
+    return [e for e in examples if e.prompt_id not in held], [e for e in examples if e.prompt_id in held]

@@ -5,6 +5,8 @@ Two phases in one command:
    them into steps with the task's `reasoning_steps` hook, roll out m completions from every step prefix, and
    label the step with the entropy-regularized value v_t; written to <run dir>/labels.jsonl (`label.path`
    reuses a file instead).
+   With `loss.type: oreal` (and `label.rollouts: 0`) only the solutions and their outcomes are kept, and
+   `rm/oreal.py` trains OREAL's token-level reward model on them instead (arXiv:2502.06781).
 2. training: a per-token scalar head (`AutoModelForTokenClassification`, one label) on the same causal LM, read
    at each step's last token and fitted to v_t:
 
@@ -20,7 +22,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +36,7 @@ from rlvr.errors import ConfigError
 from rlvr.learner.optim import build_optimizer, build_scheduler
 from rlvr.models import ModelError, check_vocab, load_causal_lm, load_tokenizer, resolve_device, resolve_dtype
 from rlvr.models.reward_head import load_step_reward_model, token_logits
-from rlvr.rm.data import ShuffledBatches
+from rlvr.rm.data import ShuffledBatches, split_by_prompt
 from rlvr.rm.prm_label import entropy_regularized_value, label_solutions, read_labels, write_labels
 from rlvr.rollout import SamplingParams, build_engine
 from rlvr.runtime import (
@@ -86,18 +87,6 @@ def examples_from_rows(rows: list[dict[str, Any]], max_length: int) -> tuple[lis
         out.append(StepExample(str(row["id"]), ids, [offset + int(s["token"]) for s in row["steps"]],
                                [float(s["value"]) for s in row["steps"]], bool(row["correct"])))
     return out, skipped
-
-
-def split_by_prompt(examples: list[StepExample], fraction: float, seed: int
-                    ) -> tuple[list[StepExample], list[StepExample]]:
-    """(train, held-out): a seeded `fraction` of the distinct prompts is held out with all its solutions."""
-    ids = sorted({e.prompt_id for e in examples})
-    random.Random(seed).shuffle(ids)
-    k = round(fraction * len(ids))
-    if fraction > 0 and len(ids) >= 2:
-        k = min(max(k, 1), len(ids) - 1)
-    held = set(ids[:k])
-    return [e for e in examples if e.prompt_id not in held], [e for e in examples if e.prompt_id in held]
 
 
 @torch.no_grad()
@@ -167,7 +156,7 @@ def relabel(rows: list[dict[str, Any]], eta: float) -> list[dict[str, Any]]:
 
 def label_phase(cfg: PRMConfig, run_dir: Path, task: Any, tokenizer: Any, device: torch.device) -> Path:
     """Sample and label as `cfg.label` says; returns the labels file."""
-    if not callable(getattr(task, "reasoning_steps", None)):
+    if cfg.label.rollouts and not callable(getattr(task, "reasoning_steps", None)):
         raise ConfigError(f"task.name: rlvr prm labels reasoning steps through the task's reasoning_steps hook, "
                           f"which task '{cfg.task.name}' does not have; use task addition (see "
                           "docs/reward-models.md#process-rewards)")
@@ -188,10 +177,16 @@ def label_phase(cfg: PRMConfig, run_dir: Path, task: Any, tokenizer: Any, device
     path = write_labels(rows, run_dir / "labels.jsonl")
     steps = [s for r in rows for s in r["steps"]]
     values = [s["value"] for s in steps]
+    correct = sum(r["correct"] for r in rows)
+    elapsed = time.perf_counter() - started
+    if not cfg.label.rollouts:  # outcomes only (loss.type oreal)
+        console.print(f"Sampled {len(rows)} solutions ({len(records)} prompts, {correct} correct), no step "
+                      f"rollouts ({elapsed:.1f} s). Solutions: [bold]{escape(str(path))}[/bold]")
+        return path
     console.print(f"Labelled {len(steps)} step prefixes of {len(rows)} solutions ({len(records)} prompts, "
-                  f"{sum(r['correct'] for r in rows)} correct) with {cfg.label.rollouts} rollouts each, eta "
+                  f"{correct} correct) with {cfg.label.rollouts} rollouts each, eta "
                   f"{cfg.label.eta}: mean label {sum(values) / max(len(values), 1):.3f} "
-                  f"({time.perf_counter() - started:.1f} s). Labels: [bold]{escape(str(path))}[/bold]")
+                  f"({elapsed:.1f} s). Labels: [bold]{escape(str(path))}[/bold]")
     return path
 
 
@@ -216,6 +211,10 @@ def run_prm(cfg: PRMConfig) -> Path:
             rows = read_labels(label_phase(cfg, run_dir, task, tokenizer, device))
         if cfg.label.only:
             return run_dir
+        if cfg.loss.type == "oreal":  # OREAL's token-level RM: outcomes only, no step labels
+            from rlvr.rm.oreal import train_token_rm
+
+            return train_token_rm(cfg, rows, run_dir, tokenizer, device)
         examples, skipped = examples_from_rows(rows, cfg.data.max_length)
         train_all, heldout = split_by_prompt(examples, cfg.data.eval_fraction, cfg.run.seed)
         train_set = [e for e in train_all if e.positions]

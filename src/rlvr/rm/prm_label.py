@@ -72,7 +72,8 @@ def label_solutions(engine: Any, renderer: Any, task: Any, records: Sequence[Tas
     for record, (prompt_ids, prompt_text), group in zip(records, rendered, sampled):
         for k, sample in enumerate(group):
             verdict = task.verify(sample.text, record)
-            steps = step_token_ends(task, sample.text, sample.response_ids, record, tokenizer)
+            # no step rollouts (an outcome-only token RM): the steps are not needed, nor the task's step hook
+            steps = step_token_ends(task, sample.text, sample.response_ids, record, tokenizer) if rollouts else []
             row = {"id": record.id, "solution": k, "question": record.question, "answer": record.answer,
                    "prompt": prompt_text, "prompt_ids": list(prompt_ids), "response_ids": list(sample.response_ids),
                    "response": sample.text, "correct": bool(verdict.correct), "reward": float(verdict.reward),
@@ -82,6 +83,8 @@ def label_solutions(engine: Any, renderer: Any, task: Any, records: Sequence[Tas
                 prefixes.append(list(prompt_ids) + list(sample.response_ids[: tok + 1]))
                 where.append((len(rows), s))
             rows.append(row)
+    if rollouts == 0:
+        return rows
     by_id = {r.id: r for r in records}
     torch.manual_seed(step_seed(seed, 1))
     done = 0

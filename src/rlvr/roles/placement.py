@@ -12,6 +12,7 @@ reads `distributed.*`.
     trainable     LocalTrainable(Learner), FSDP2      RayLearnerGroup (learner_workers ranks)
                   SparkTrainable around it (spark)    not yet (a ConfigError names the fix)
     reward model  RewardModelLearner (co_evolve)      not yet (a ConfigError names the fix)
+    token RM      TokenRewardModel (in the learner)   not yet (a ConfigError names the fix)
 """
 
 from __future__ import annotations
@@ -33,12 +34,14 @@ from rlvr.learner import (
     build_critic,
     needs_reference,
     needs_teacher,
+    needs_token_rm,
 )
 from rlvr.learner.reward_model import RewardModelLearner
 from rlvr.learner.spark import SparkTrainable
+from rlvr.learner.token_rm import TokenRewardModel
 from rlvr.models import check_vocab, load_causal_lm, resolve_dtype
 from rlvr.models.lora import apply_lora, lora_summary
-from rlvr.models.reward_head import load_reward_model
+from rlvr.models.reward_head import load_reward_model, load_step_reward_model
 from rlvr.models.vision import PROJECTOR_MODULE, is_vision_checkpoint, load_vlm_for_training
 from rlvr.parallel import data_parallel as dp
 from rlvr.rewards import RewardContext, RewardFunction
@@ -100,7 +103,8 @@ def _place(cfg: Config, tokenizer: Any, device: torch.device, checkpoint: Path |
     # a Ray learner rank holds its own reference and teacher; otherwise the learner here holds these
     reference = None if d.learner_workers else place_reference(cfg, device, dtype)
     teacher = None if d.learner_workers else place_teacher(cfg, device, dtype)
-    opened += [m for m in (reference, teacher) if m is not None]
+    token_rm = place_token_rm(cfg, tokenizer, device, dtype)
+    opened += [m for m in (reference, teacher, token_rm) if m is not None]
 
     if d.backend == "ray":  # rollout workers as Ray actors, behind the same engine interface
         from rlvr.distributed.ray_engine import RayEngine
@@ -139,7 +143,8 @@ def _place(cfg: Config, tokenizer: Any, device: torch.device, checkpoint: Path |
             learner_model = shard_model(copy.deepcopy(policy))
         elif d.learner == "fsdp2":
             log.warning("distributed.learner=fsdp2 shards over torchrun ranks; with one process it trains unsharded")
-        learner = Learner(learner_model, cfg, reference, build_critic(cfg, policy, dtype, device), teacher=teacher)
+        learner = Learner(learner_model, cfg, reference, build_critic(cfg, policy, dtype, device), teacher=teacher,
+                          token_rm=token_rm)
         trainable = LocalTrainable(learner, tokenizer.pad_token_id)
         if cfg.coevolve is not None and cfg.coevolve.mode == "spark":  # the policy also learns to judge
             if dp.world_size() > 1:
@@ -232,6 +237,21 @@ def place_reference(cfg: Config, device: torch.device, dtype: torch.dtype) -> Lo
         model = load_causal_lm(path, dtype=dtype, device=device, trust_remote_code=cfg.model.trust_remote_code,
                                trainable=False, key=key)
     return LocalLogProbModel(model, cfg.train.micro_batch_size, cfg.train.pack_tokens)
+
+
+def place_token_rm(cfg: Config, tokenizer: Any, device: torch.device, dtype: torch.dtype) -> Any:
+    """OREAL's frozen token-level reward model, if the estimator weights tokens by one: in this process only."""
+    if not needs_token_rm(cfg):
+        return None
+    assert cfg.model.token_rm_path is not None  # the config check asks for it
+    if cfg.distributed.learner_workers:
+        raise ConfigError("model.token_rm_path: the token-level reward model runs in the learner's process only; "
+                          "set distributed.learner_workers=0 (Ray learner ranks with a token RM are not done yet)")
+    model = load_step_reward_model(cfg.model.token_rm_path, dtype=dtype, device=device,
+                                   pad_token_id=int(tokenizer.pad_token_id),
+                                   trust_remote_code=cfg.model.trust_remote_code, key="model.token_rm_path")
+    check_vocab(tokenizer, model)
+    return TokenRewardModel(model, int(tokenizer.pad_token_id), cfg.train.micro_batch_size)
 
 
 def place_teacher(cfg: Config, device: torch.device, dtype: torch.dtype) -> LogProbModel | None:

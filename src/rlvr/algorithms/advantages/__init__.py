@@ -15,6 +15,7 @@ One family per module; importing this package imports them all, which registers 
 - `ktae.py`: per-token key-token values on top of GRPO: ktae
 - `tree.py`: a search rollout's per-token tree advantages, passed through: tree
 - `process.py`: process supervision from step rewards: process_grpo
+- `oreal.py`: OREAL's token-level reward-model weights on a group baseline: oreal
 - `common.py`: the `ADVANTAGES` registry, `group_stats` and the shared private helpers
 """
 
@@ -27,6 +28,7 @@ from rlvr.algorithms.advantages.group import (
     rloo_advantages,
 )
 from rlvr.algorithms.advantages.ktae import _fisher_exact_p, ktae_advantages
+from rlvr.algorithms.advantages.oreal import oreal_advantages, oreal_token_weights
 from rlvr.algorithms.advantages.process import normalized_step_returns, process_grpo_advantages
 from rlvr.algorithms.advantages.reinforce import (
     nsr_advantages,
@@ -48,6 +50,8 @@ __all__ = [
     "NonNegative",
     "_fisher_exact_p",
     "ace_advantages",
+    "oreal_advantages",
+    "oreal_token_weights",
     "dr_grpo_advantages",
     "entropy_reshaped_advantages",
     "gae_advantages",

@@ -69,6 +69,19 @@ def _masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> to
     return torch.where(m > 0, (x - mean) / var.sqrt().clamp(min=eps), 0.0)
 
 
+def sigma_filter(whitened: torch.Tensor, limit: float | None) -> torch.Tensor:
+    """StableReinforce's advantage filter (R1-Reward, arXiv:2505.02835): zero every whitened advantage with
+    |A| > limit (limit standard deviations from the batch mean; the paper's 3-sigma rule is limit = 3).
+
+    The filtered tokens are zeroed after whitening, and the mean and std are NOT recomputed without them: the
+    authors' code (yfzhang114/r1_reward, replay_buffer.py `normalize`) whitens over every token, then zeroes the
+    outliers. `limit=None` returns the input unchanged.
+    """
+    if limit is None:
+        return whitened
+    return torch.where(whitened.abs() > limit, torch.zeros_like(whitened), whitened)
+
+
 def _reverse_discounted_sum(x: torch.Tensor, mask: torch.Tensor, discount: float) -> torch.Tensor:
     """y_t = x_t + discount * y_{t'} along each row, where t' is the next masked position after t.
 

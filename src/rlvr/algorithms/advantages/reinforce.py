@@ -7,7 +7,10 @@ positive / negative sample reinforcement decomposition (PSR, NSR, Weighted-REINF
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
+from pydantic import Field
 
 from rlvr.algorithms.advantages.common import (
     ADVANTAGES,
@@ -17,7 +20,10 @@ from rlvr.algorithms.advantages.common import (
     _out_dtype,
     _reverse_discounted_sum,
     group_stats,
+    sigma_filter,
 )
+
+SigmaLimit = Annotated[float, Field(gt=0)]
 
 
 def _last_masked_onehot(mask: torch.Tensor) -> torch.Tensor:
@@ -37,6 +43,7 @@ def reinforce_pp_advantages(
     mask: torch.Tensor,
     *,
     gamma: Discount = 1.0,
+    filter_sigma: SigmaLimit | None = None,
 ) -> torch.Tensor:
     r"""REINFORCE++: per-token return, normalized over all response tokens of the global batch.
 
@@ -48,13 +55,17 @@ def reinforce_pp_advantages(
     an all-equal batch gives 0. This implementation steps only over masked tokens (a tool-observation gap is
     skipped, not discounted) and ignores token_rewards outside the mask.
 
+    `filter_sigma: k` is StableReinforce's advantage filter (R1-Reward, arXiv:2505.02835, k = 3 there):
+    after whitening, tokens with |A_t| > k are set to 0 (mean and std are not recomputed; see `sigma_filter`).
+    None (the default) leaves the advantages untouched.
+
     Source: Hu et al., "REINFORCE++: A Simple and Efficient Approach for Aligning Large Language Models",
     arXiv:2501.03262 (v1 title; later versions: "REINFORCE++: Stabilizing Critic-Free Policy Optimization with
     Global Advantage Normalization"); checked against OpenRLHF's `reinforce` estimator
     (openrlhf/trainer/ppo_utils/experience_maker.py: get_cumulative_returns + global advantage whitening).
     """
     returns = _reverse_discounted_sum(token_rewards, mask, gamma)
-    return _masked_whiten(returns, mask).to(_out_dtype(token_rewards, mask))
+    return sigma_filter(_masked_whiten(returns, mask), filter_sigma).to(_out_dtype(token_rewards, mask))
 
 
 @ADVANTAGES.register("reinforce_pp_baseline")
@@ -63,6 +74,8 @@ def reinforce_pp_baseline_advantages(
     group_ids: torch.Tensor,
     token_rewards: torch.Tensor,
     mask: torch.Tensor,
+    *,
+    filter_sigma: SigmaLimit | None = None,
 ) -> torch.Tensor:
     r"""REINFORCE++-baseline: subtract the prompt's mean outcome reward, then normalize over the global batch.
 
@@ -74,7 +87,8 @@ def reinforce_pp_baseline_advantages(
     and mean/std run over all masked tokens of the batch. Returns [N, T], zero outside the mask; an all-equal
     group with no KL gives 0. This implementation follows OpenRLHF's `reinforce_baseline` (the paper authors'
     code), which re-centers with the batch mean as well as dividing by the batch std; ms-swift's variant only
-    divides by the std of the centered rewards. gamma is fixed to 1 as in OpenRLHF.
+    divides by the std of the centered rewards. gamma is fixed to 1 as in OpenRLHF. `filter_sigma` is
+    StableReinforce's advantage filter, as in `reinforce_pp`.
 
     Source: Hu et al., "REINFORCE++: A Simple and Efficient Approach for Aligning Large Language Models",
     arXiv:2501.03262 (later versions, "REINFORCE++ w/ baseline"); OpenRLHF/OpenRLHF
@@ -83,7 +97,7 @@ def reinforce_pp_baseline_advantages(
     mean, _, _ = group_stats(rewards, group_ids)
     shifted = token_rewards.to(torch.float64) - mean[:, None] * _last_masked_onehot(mask)
     returns = _reverse_discounted_sum(shifted, mask, 1.0)
-    return _masked_whiten(returns, mask).to(_out_dtype(token_rewards, rewards, mask))
+    return sigma_filter(_masked_whiten(returns, mask), filter_sigma).to(_out_dtype(token_rewards, rewards, mask))
 
 
 reinforce_pp_baseline_advantages.needs_group = True  # type: ignore[attr-defined]

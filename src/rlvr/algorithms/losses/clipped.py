@@ -33,10 +33,12 @@ def ppo_clip_loss(
     clip_low: Annotated[float, Field(ge=0.0, le=1.0)] = 0.2,
     clip_high: Annotated[float, Field(ge=0.0)] = 0.2,
     dual_clip: Annotated[float, Field(gt=1.0)] | None = None,
+    pre_clip: Annotated[float, Field(gt=0.0)] | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     r"""PPO's clipped surrogate, per token (GRPO uses it at token level).
 
         ratio_t = exp(log pi(a_t) - log pi_old(a_t))
+        pre-CLIP:  ratio_t = exp(clip(log pi(a_t) - log pi_old(a_t), -delta, delta))          delta = pre_clip
         L_t     = -min(ratio_t * A_t, clip(ratio_t, 1 - clip_low, 1 + clip_high) * A_t)
         dual-clip (A_t < 0 only):  L_t = min(L_t, -c * A_t)                                 c = dual_clip
 
@@ -47,12 +49,27 @@ def ppo_clip_loss(
     make -r*A unboundedly large; the loss is capped at -c*A, and the capped region has zero gradient.
     `dual_clip=None` (the default) is exactly the plain clipped surrogate.
 
-    Diagnostics: `clipped` marks tokens whose gradient a clip removed (either clip); `ratio` is the ratio.
+    `pre_clip` (delta > 0) is StableReinforce's pre-CLIP from Zhang et al., "R1-Reward: Training Multimodal
+    Reward Model Through Stable Reinforcement Learning", arXiv:2505.02835: the log-ratio is clamped to
+    [-delta, delta] *before* `exp`, so a token whose probability moved far since sampling cannot produce a huge
+    ratio (and, for A < 0, a huge loss and gradient). A clamped token's ratio is the constant exp(+-delta) and
+    its gradient is zero. The authors' code (yfzhang114/r1_reward, openrlhf/models/loss.py `PolicyLoss`) clamps
+    to [log 1e-3, log 1e3], i.e. delta = ln(1000) = 6.9078. `pre_clip=None` (the default) keeps only the
+    learner's fixed overflow guard [-20, 20], bit-identical to the loss without the option.
+
+    Diagnostics: `clipped` marks tokens whose gradient a clip removed (either clip, or pre-CLIP);
+    `ratio` is the ratio.
     """
     _check_dual_clip(dual_clip)
-    ratio = torch.exp(_log_ratio(logprobs, old_logprobs))  # r_t = pi(a_t) / pi_old(a_t)
+    log_ratio = _log_ratio(logprobs, old_logprobs)  # log r_t, guarded to [-20, 20]
+    if pre_clip is not None:
+        pre_clipped = log_ratio.detach().abs() > pre_clip
+        log_ratio = log_ratio.clamp(-pre_clip, pre_clip)  # pre-CLIP: bound log r_t before exp
+    ratio = torch.exp(log_ratio)  # r_t = pi(a_t) / pi_old(a_t)
     # L_t = -min(r_t A_t, clip(r_t, 1 - clip_low, 1 + clip_high) A_t), then the dual-clip cap
     loss, was_clipped = _clipped_surrogate(ratio, advantages, 1.0 - clip_low, 1.0 + clip_high, dual_clip)
+    if pre_clip is not None:
+        was_clipped = was_clipped | pre_clipped
     return loss, {"clipped": was_clipped.to(logprobs.dtype), "ratio": ratio.detach()}
 
 
