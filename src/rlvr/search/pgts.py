@@ -196,6 +196,39 @@ def reinforce_loss(logits: torch.Tensor, masks: torch.Tensor, actions: torch.Ten
                   "entropy": float(entropy.detach())}
 
 
+class _Adam:
+    """Adam (Kingma and Ba, arXiv:1412.6980; beta 0.9, 0.999, eps 1e-8) for the policy's two tensors. Written
+    out because constructing a torch.optim optimizer imports torch's compiler stack (about 10 s on a loaded
+    CPU), which `rlvr eval` would pay for a frozen policy."""
+
+    def __init__(self, params: list[torch.nn.Parameter], lr: float, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8):
+        self.params, self.lr, self.betas, self.eps = params, lr, betas, eps
+        self.t = 0
+        self.m = [torch.zeros_like(p) for p in params]
+        self.v = [torch.zeros_like(p) for p in params]
+
+    @torch.no_grad()
+    def step(self) -> None:
+        self.t += 1
+        b1, b2 = self.betas
+        for p, m, v in zip(self.params, self.m, self.v):
+            if p.grad is None:
+                continue
+            m.mul_(b1).add_(p.grad, alpha=1 - b1)
+            v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+            m_hat, v_hat = m / (1 - b1**self.t), v / (1 - b2**self.t)
+            p.sub_(self.lr * m_hat / (v_hat.sqrt() + self.eps))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"t": self.t, "m": [x.clone() for x in self.m], "v": [x.clone() for x in self.v]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.t = int(state["t"])
+        self.m = [x.clone() for x in state["m"]]
+        self.v = [x.clone() for x in state["v"]]
+
+
 class ActionPolicy:
     """The PGTS action policy: a linear softmax over `node_features`, sampled with its own seeded generator;
     it records every search as an episode (features, mask, action and reward of each step) and learns from
@@ -213,7 +246,7 @@ class ActionPolicy:
         self.linear = torch.nn.Linear(len(FEATURES), len(ACTIONS), dtype=torch.float64)
         torch.nn.init.zeros_(self.linear.weight)
         torch.nn.init.zeros_(self.linear.bias)
-        self.optimizer = torch.optim.Adam(self.linear.parameters(), lr=lr if lr > 0 else 1e-3)
+        self.adam = _Adam(list(self.linear.parameters()), lr)
         self.generator = torch.Generator().manual_seed(int(seed))
         self.episodes: list[dict[str, Any]] = []  # finished, not learned from yet
         self._steps: list[list[Any]] = []  # the search under way: [features, mask, action, Q before, reward]
@@ -261,9 +294,9 @@ class ActionPolicy:
         episode = torch.tensor([i for i, ep in enumerate(episodes) for _ in ep["steps"]])
         loss, metrics = reinforce_loss(self.linear(x), masks, actions, episode, rewards, self.gamma, self.entropy)
         if self.lr > 0:
-            self.optimizer.zero_grad()
+            self.linear.zero_grad()
             loss.backward()
-            self.optimizer.step()
+            self.adam.step()
         counts = torch.bincount(actions, minlength=len(ACTIONS)).double() / len(steps)
         metrics["final_reward"] = sum(ep["reward"] for ep in episodes) / len(episodes)
         metrics.update({f"action_{a.value}": float(c) for a, c in zip(ACTIONS, counts)})
@@ -271,7 +304,7 @@ class ActionPolicy:
 
     def state_dict(self) -> dict[str, Any]:
         return {"linear": {k: v.clone() for k, v in self.linear.state_dict().items()},
-                "optimizer": self.optimizer.state_dict(), "generator": self.generator.get_state(),
+                "optimizer": self.adam.state_dict(), "generator": self.generator.get_state(),
                 "episodes": [dict(ep) for ep in self.episodes], "features": list(FEATURES)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -279,7 +312,7 @@ class ActionPolicy:
             raise ValueError(f"the saved action policy has features {state.get('features')}, this rlvr has "
                              f"{list(FEATURES)}; train it again")
         self.linear.load_state_dict(state["linear"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.adam.load_state_dict(state["optimizer"])
         self.generator.set_state(state["generator"])
         self.episodes = [dict(ep) for ep in state.get("episodes", [])]
         self._steps = []
@@ -343,7 +376,7 @@ def policy_guided(
     state = PGTSState(tree=tree, current=tree.root)
     _score_once(tree.root, value)
     for _ in range(max_actions):
-        if state.done:
+        if state.done or tree.exhausted():  # (a value callback may stop the search: a verified answer)
             break
         pgts_step(state, policy(state), expand)
         _score_once(state.current, value)
