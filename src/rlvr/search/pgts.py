@@ -17,18 +17,20 @@ The policy (`ActionPolicy`) is a linear softmax over hand-defined node features 
 
     pi(a | s) = softmax_a( W x(s) + b )  over the valid actions         (W, b start at 0: uniform over them)
 
-and learns from whole searches (episodes). With the final node f (where the search ended), R = Q(f), and a cost
-c (`action_cost`) per action, the return from action t of an episode of T actions is
+and learns from whole searches (episodes) by REINFORCE. An episode is s_0, a_0, ..., s_T; with c = `action_cost`
+and R the task reward of the node f the search ended on if f is a finished response (0 otherwise: PGTS gives
+the task reward only on terminating at an answer),
 
-    G_t = R - c * (T - t)                                   (the cost of a_t and of every action after it)
+    r_t = Q(s_{t+1}) - Q(s_t) - c   (+ R on the last action)      intermediate rewards: the change of node value
+    G_t = r_t + gamma * G_{t+1}
     A_t = G_t - b,   b = mean of G_t over every action of the batch of episodes   (a baseline)
-    loss = -(1 / E) * sum_e sum_t A_t * log pi(a_t | s_t)    (REINFORCE, E episodes; one Adam step per batch)
+    loss = -(1 / E) * sum_e sum_t A_t * log pi(a_t | s_t) - beta * mean H(pi)   (E episodes; one Adam step)
 
 Source: Li, "Policy Guided Tree Search for Enhanced LLM Reasoning", arXiv:2502.06813. Its action set (continue =
 EXPAND, branch, backtrack, terminate), the action masks and the per-action costs are kept; not kept: its graph
 network over the whole tree (here a linear policy over features of the current node), multi-step backtracks,
-PPO with a value head (here REINFORCE with a batch-mean baseline), and its intermediate rewards from a PRM
-(here the final node's value only; every node's value is a feature instead).
+PPO with a value head and GAE (here REINFORCE with a batch-mean baseline), and its PRM as the source of
+intermediate rewards (here the node values of the search: verifier rewards and rollout means).
 """
 
 from __future__ import annotations
@@ -272,12 +274,12 @@ class ActionPolicy:
         if self._steps and self._steps[-1][4] is None:
             self._steps[-1][4] = value_now - self._steps[-1][3] - self.action_cost + final
 
-    def end_search(self, final_value: float) -> None:
-        """Close the search under way as an episode: R = `final_value` (Q of the node it ended on) is added to
-        the reward of its last action (nothing recorded: no-op)."""
-        self._close_step(final_value, final=final_value)
+    def end_search(self, final_value: float, reward: float) -> None:
+        """Close the search under way as an episode: `final_value` is Q of the node it ended on (the last
+        action's value change), `reward` = R is added to the last action's reward (nothing recorded: no-op)."""
+        self._close_step(final_value, final=reward)
         if self._steps:
-            self.episodes.append({"steps": [tuple(st) for st in self._steps], "reward": float(final_value)})
+            self.episodes.append({"steps": [tuple(st) for st in self._steps], "reward": float(reward)})
         self._steps = []
 
     def update(self) -> dict[str, float]:
@@ -365,7 +367,8 @@ def policy_guided(
 
     `policy` is an `ActionPolicy` (the learned one; module docstring) or any callable (tests script one);
     without one, an untrained `ActionPolicy` (uniform over the valid actions) is used. An `ActionPolicy`
-    records the search as an episode with R = Q of the node the search ended on. The knobs `action_cost`, `lr`,
+    records the search as an episode with R = Q of the node the search ended on if that is a finished response
+    (terminal), else 0. The knobs `action_cost`, `lr`,
     `gamma`, `entropy`, `greedy` and `policy_from` configure the `ActionPolicy` the caller builds (the search sampler in training,
     rlvr eval); here they only apply to the default one.
 
@@ -381,7 +384,8 @@ def policy_guided(
         pgts_step(state, policy(state), expand)
         _score_once(state.current, value)
     if isinstance(policy, ActionPolicy):
-        policy.end_search(state.current.value)
+        final = state.current
+        policy.end_search(final.value, final.value if final.terminal else 0.0)
     return tree
 
 
