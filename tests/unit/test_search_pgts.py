@@ -142,6 +142,10 @@ def test_episode_rewards_by_hand():
     policy_guided(SearchTree(Budget(max_nodes=3)), expand_toy, value_toy, policy)
     (ep,) = policy.episodes
     assert ep["reward"] == 0.0 and [st[4] for st in ep["steps"]] == pytest.approx([-0.02, 0.125 - 0.02, -0.02])
+    # reward=best: R = the best value any node reached (1/8 at depth 2), whatever node the search ended on
+    policy = greedy_expander()
+    policy_guided(SearchTree(Budget(max_nodes=3)), expand_toy, value_toy, policy, reward="best")
+    assert policy.episodes[0]["reward"] == 0.125 and policy.episodes[0]["steps"][-1][4] == pytest.approx(0.105)
 
 
 def _train(policy, iterations, searches=8):

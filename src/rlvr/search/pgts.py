@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence  # noqa: F401  (Sequence: get_typ
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import torch
 from pydantic import Field
@@ -359,6 +359,7 @@ def policy_guided(
     entropy: Annotated[float, Field(ge=0.0)] = 0.05,
     greedy: bool = False,
     policy_from: str | None = None,
+    reward: Literal["final", "best"] = "final",
 ) -> SearchTree:
     r"""Policy-guided tree search: a policy picks expand / branch / backtrack / terminate at each step.
 
@@ -367,8 +368,10 @@ def policy_guided(
 
     `policy` is an `ActionPolicy` (the learned one; module docstring) or any callable (tests script one);
     without one, an untrained `ActionPolicy` (uniform over the valid actions) is used. An `ActionPolicy`
-    records the search as an episode with R = Q of the node the search ended on if that is a finished response
-    (terminal), else 0. The knobs `action_cost`, `lr`,
+    records the search as an episode with R (`reward`): `final` (PGTS) Q of the node the search ended on if that
+    is a finished response (terminal), else 0; `best` the highest Q of any node the search evaluated (with one
+    rollout per partial node and the verifier as the value, 1 if the search found a correct answer anywhere:
+    what `rlvr eval`'s verifier selection counts). The knobs `action_cost`, `lr`,
     `gamma`, `entropy`, `greedy` and `policy_from` configure the `ActionPolicy` the caller builds (the search sampler in training,
     rlvr eval); here they only apply to the default one.
 
@@ -385,7 +388,11 @@ def policy_guided(
         _score_once(state.current, value)
     if isinstance(policy, ActionPolicy):
         final = state.current
-        policy.end_search(final.value, final.value if final.terminal else 0.0)
+        if reward == "best":  # the best value any node reached (with one rollout per node: the best answer found)
+            r = max((n.value for n in tree.all_nodes() if n.visits), default=0.0)
+        else:  # PGTS: the task reward of the answer the search ended on
+            r = final.value if final.terminal else 0.0
+        policy.end_search(final.value, r)
     return tree
 
 
