@@ -19,7 +19,8 @@ The policy (`ActionPolicy`) is a linear softmax over hand-defined node features 
 
 and learns from whole searches (episodes) by REINFORCE. An episode is s_0, a_0, ..., s_T; with c = `action_cost`
 and R the task reward of the node f the search ended on if f is a finished response (0 otherwise: PGTS gives
-the task reward only on terminating at an answer),
+the task reward only on terminating at an answer; the knob `reward=best` pays instead the best value any node
+reached),
 
     r_t = Q(s_{t+1}) - Q(s_t) - c   (+ R on the last action)      intermediate rewards: the change of node value
     G_t = r_t + gamma * G_{t+1}
@@ -371,9 +372,9 @@ def policy_guided(
     records the search as an episode with R (`reward`): `final` (PGTS) Q of the node the search ended on if that
     is a finished response (terminal), else 0; `best` the highest Q of any node the search evaluated (with one
     rollout per partial node and the verifier as the value, 1 if the search found a correct answer anywhere:
-    what `rlvr eval`'s verifier selection counts). The knobs `action_cost`, `lr`,
-    `gamma`, `entropy`, `greedy` and `policy_from` configure the `ActionPolicy` the caller builds (the search sampler in training,
-    rlvr eval); here they only apply to the default one.
+    what `rlvr eval`'s verifier selection counts). The knobs `action_cost`, `lr`, `gamma`, `entropy`, `greedy`
+    and `policy_from` configure the `ActionPolicy` the caller builds (the search sampler in training, rlvr
+    eval: `rlvr.sampling.search.build_action_policy`); here they only apply to the default one.
 
     Source: Li, "Policy Guided Tree Search for Enhanced LLM Reasoning", arXiv:2502.06813 (see the module).
     """
