@@ -210,7 +210,9 @@ def test_progressive_widening_offers_a_sampled_node_new_children():
 
 @pytest.mark.parametrize("overrides, needle", [
     (["search.name=mcts"], "search.max_tokens"),
-    (["search.name=policy_guided", "search.max_tokens=10"], "PGTS policy"),
+    (["search.name=pgts", "search.max_tokens=10"], "search.name"),
+    (["search.name=policy_guided", "search.max_tokens=10", "search.action_cots=0.1"], "search.action_cots"),
+    (["search.name=policy_guided", "search.max_tokens=10", "search.gamma=2"], "search.gamma"),
     (["search.name=mcts", "search.max_tokens=10", "search.cc=1"], "search.cc"),
     (["search.name=mcts", "search.max_tokens=10", "search.advantage=treerl"], "algorithm.advantage=tree"),
     (["algorithm.advantage.name=tree"], "search.advantage=parent"),

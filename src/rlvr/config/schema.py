@@ -47,8 +47,8 @@ class Config(Strict):
     distributed: DistributedConfig = Field(default_factory=DistributedConfig)
     agent: AgentConfig | None = Field(None, description="Multi-turn rollouts with tools or an environment "
                                       "(docs/agents.md); absent: single-turn.")
-    search: SearchConfig | None = Field(None, description="Tree-search rollouts (docs/search.md): search.name=mcts "
-                                        "or beam_prm with a budget; at evaluation also sampling.")
+    search: SearchConfig | None = Field(None, description="Tree-search rollouts (docs/search.md): search.name=mcts, "
+                                        "beam_prm or policy_guided with a budget; at evaluation also sampling.")
     coevolve: CoEvolveConfig | None = Field(None, description="A reward model that learns beside the policy "
                                             "(docs/reward-models.md, Co-evolution); absent: none.")
 

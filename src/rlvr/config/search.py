@@ -1,6 +1,6 @@
 """The `search` section: tree-search rollouts (training) or a searched answer (evaluation); docs/search.md.
 
-`name` is the search strategy (`rlvr.search.SEARCH_STRATEGIES`: mcts, beam_prm), or `sampling`, plain
+`name` is the search strategy (`rlvr.search.SEARCH_STRATEGIES`: mcts, beam_prm, policy_guided), or `sampling`, plain
 sampling under the same token budget (an evaluation baseline only). The keys listed here are the rollout's
 own; every other key is a knob of the strategy (e.g. `search.c=0.3`, `search.beam_width=2`) and is checked
 against it when the config is bound.
@@ -14,13 +14,14 @@ from pydantic import Field, model_validator
 
 from rlvr.config.base import ComponentSpec
 
-SEARCH_NAMES = ("mcts", "beam_prm", "sampling")
+SEARCH_NAMES = ("mcts", "beam_prm", "policy_guided", "sampling")
 
 
 class SearchConfig(ComponentSpec):
     """A search rollout: strategy, budget per prompt, expansion and leaf values."""
 
-    name: str = Field("mcts", description="Strategy: mcts, beam_prm, or sampling (the evaluation baseline: "
+    name: str = Field("mcts", description="Strategy: mcts, beam_prm, policy_guided (PGTS: a learned policy over "
+                      "expand/branch/backtrack/terminate), or sampling (the evaluation baseline: "
                       "independent samples until the token budget is spent).")
     max_tokens: int | None = Field(None, ge=1, description="Budget per prompt: tokens the engine generates for it "
                                    "(expansions, merged duplicates and rollouts).")
@@ -47,9 +48,7 @@ class SearchConfig(ComponentSpec):
     @model_validator(mode="after")
     def _check(self) -> SearchConfig:
         if self.name not in SEARCH_NAMES:
-            hint = (" (policy_guided needs a learned PGTS policy, which rlvr does not have yet)"
-                    if self.name == "policy_guided" else "")
-            raise ValueError(f"search.name: unknown search '{self.name}'{hint}; expected one of "
+            raise ValueError(f"search.name: unknown search '{self.name}'; expected one of "
                              f"{', '.join(SEARCH_NAMES)}")
         if self.max_tokens is None and self.max_nodes is None:
             raise ValueError("search: a search needs a budget per prompt; set search.max_tokens (tokens generated) "

@@ -41,7 +41,14 @@ from dataclasses import replace
 from typing import Any
 
 from rlvr.rewards import CorrectnessReward, RewardFunction
-from rlvr.sampling.search import SearchResult, SearchSettings, group_scorer, prm_step_value, search_prompt
+from rlvr.sampling.search import (
+    SearchResult,
+    SearchSettings,
+    build_action_policy,
+    group_scorer,
+    prm_step_value,
+    search_prompt,
+)
 from rlvr.types import Group, Sample, TaskRecord
 
 SELECTS = ("verifier", "value", "vote")
@@ -136,6 +143,8 @@ def evaluate_search(engine: Any, renderer: Any, task: Any, records: Sequence[Tas
     verify = RewardFunction([("correctness", 1.0, CorrectnessReward())])
     eos_ids = list(getattr(engine, "eos_ids", None) or [tokenizer.eos_token_id])
     oracle = settings.select == "verifier"
+    action_policy = build_action_policy(settings, learn=False)  # policy_guided: frozen (search.policy_from)
+    runtime = {"policy": action_policy} if action_policy is not None else None
     started = time.perf_counter()
     problems: list[dict[str, Any]] = []
 
@@ -154,7 +163,7 @@ def evaluate_search(engine: Any, renderer: Any, task: Any, records: Sequence[Tas
         else:
             node_prm = prm_step_value(prm, task, record, decode) if prm is not None else None
             result = search_prompt(engine, params, prompt_ids, settings, score, eos_ids, prm=node_prm,
-                                   solved_at=1.0 if oracle else None)
+                                   solved_at=1.0 if oracle else None, runtime=runtime)
             candidates = result.complete_responses()
             problem = {"tokens": result.stats.tokens, "nodes": result.tree.nodes, "calls": result.stats.calls,
                        "leaves": len(result.tree.leaves(terminal_only=True)), "rollouts": len(result.rollouts)}
@@ -174,7 +183,10 @@ def evaluate_search(engine: Any, renderer: Any, task: Any, records: Sequence[Tas
         if on_progress:
             on_progress(i + 1, len(records))
     verify.close()
-    return summarize_search(problems, settings, params, seconds=time.perf_counter() - started)
+    out = summarize_search(problems, settings, params, seconds=time.perf_counter() - started)
+    if action_policy is not None:  # the frozen policy's actions over every search (no update: lr 0)
+        out["pgts"] = action_policy.update()
+    return out
 
 
 def _verifier(record: TaskRecord, prompt_ids: Sequence[int], tokenizer: Any, verify: RewardFunction, task: Any

@@ -39,7 +39,15 @@ from typing import Any, Protocol
 from rlvr.errors import ConfigError
 from rlvr.sampling.base import SAMPLERS, BatchSampler, StepContext
 from rlvr.sampling.common import RolloutMeter, sampling_metrics
-from rlvr.search import SEARCH_STRATEGIES, Budget, Node, SearchTree, node_advantage
+from rlvr.search import (
+    SEARCH_STRATEGIES,
+    ActionPolicy,
+    Budget,
+    Node,
+    SearchTree,
+    load_action_policy,
+    node_advantage,
+)
 from rlvr.types import Group, Sample, TaskRecord
 
 TREE_ADVANTAGES = ("parent", "treerl", "siblings")
@@ -207,6 +215,23 @@ def prm_step_value(prm: Any, task: Any, record: TaskRecord, decode: Callable[[li
         return complete[-1].score if complete else 0.0
 
     return value
+
+
+def build_action_policy(settings: SearchSettings, seed: int = 0, *, learn: bool = True) -> ActionPolicy | None:
+    """The PGTS action policy of a `policy_guided` search (None for other strategies): untrained (uniform over
+    the valid actions), or loaded from `search.policy_from` (a run trained with policy_guided); with
+    `learn=False` (evaluation) it is frozen (lr 0). ConfigErrors name search.policy_from."""
+    if settings.strategy != "policy_guided":
+        return None
+    p = SEARCH_STRATEGIES.resolve("policy_guided", settings.strategy_params, "search")
+    kwargs = {"lr": p["lr"] if learn else 0.0, "action_cost": p["action_cost"], "gamma": p["gamma"],
+              "entropy": p["entropy"], "greedy": p["greedy"], "seed": seed}
+    if p["policy_from"] is None:
+        return ActionPolicy(**kwargs)
+    try:
+        return load_action_policy(p["policy_from"], **kwargs)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
 
 
 def finished(node: Node, eos_ids: set[int], max_len: int) -> bool:
@@ -384,14 +409,17 @@ def tree_training_group(result: SearchResult, record: TaskRecord, tokenizer: Any
 class SearchSampler(BatchSampler):
     r"""Tree-search rollouts: each prompt's group is the tree a search strategy grew for it.
 
-        per prompt:  tree = strategy(expand, value, budget)      (mcts or beam_prm; module docstring)
+        per prompt:  tree = strategy(expand, value, budget)      (mcts, beam_prm or policy_guided; module docstring)
         group       = one sample per leaf of the tree (prefixes shared), rewarded by the run's reward function
         advantages  = the learner's estimator on the rewards           (search.advantage=rewards)
                       or per-token tree advantages from node values Q   (parent / treerl / siblings, with
                       algorithm.advantage=tree, which passes them through)
 
     Set by the config's `search` section (`search.name=mcts ...`), not by `sampling.name`. `rollout.n` is not
-    used: the group size is the number of leaves the budget allows. Sources: see `rlvr.search`.
+    used: the group size is the number of leaves the budget allows. With `policy_guided`, the sampler owns the
+    PGTS action policy (`rlvr.search.pgts.ActionPolicy`): every search is an episode, and after each step's
+    searches it takes one REINFORCE step (metrics `sampling/pgts_*`); its state is in `state_dict`, so it is
+    in checkpoints and a resume continues exactly. Sources: see `rlvr.search`.
     """
 
     def __init__(self, prompts, seed: int = 0, search: SearchSettings | None = None, prm: Any = None):
@@ -403,6 +431,8 @@ class SearchSampler(BatchSampler):
             raise ValueError("the search sampler: search.prm is set; pass prm=load_search_prm(settings, tokenizer, "
                              "task)")
         self.settings, self.prm = search, prm  # prm: partial nodes valued by it (`prm_step_value`), not rollouts
+        # policy_guided: the PGTS action policy, learned online from this run's searches (REINFORCE)
+        self.action_policy = build_action_policy(search, seed)
 
     def next_batch(self, ctx: StepContext) -> tuple[list[Group], dict[str, float]]:
         for need, name in ((ctx.engine, "engine"), (ctx.renderer, "renderer"), (ctx.params, "params"),
@@ -420,7 +450,9 @@ class SearchSampler(BatchSampler):
             if self.prm is not None:
                 node_prm = prm_step_value(self.prm, ctx.task, record,
                                           lambda ids: ctx.tokenizer.decode(ids, skip_special_tokens=True))
-            result = search_prompt(ctx.engine, ctx.params, prompt_ids, self.settings, score, eos_ids, prm=node_prm)
+            runtime = {"policy": self.action_policy} if self.action_policy is not None else None
+            result = search_prompt(ctx.engine, ctx.params, prompt_ids, self.settings, score, eos_ids, prm=node_prm,
+                                   runtime=runtime)
             tree, stats = result.tree, result.stats
             group = tree_training_group(result, record, ctx.tokenizer, self.settings.advantage, eos_ids)
             group.prompt_text = text
@@ -436,6 +468,24 @@ class SearchSampler(BatchSampler):
         ctx.score(groups)  # every leaf by the run's reward function, each tree as one group
         meter.samples, meter.tokens = leaves, spent
         k = max(len(groups), 1)
+        extra = {}
+        if self.action_policy is not None:  # one REINFORCE step on this step's searches
+            extra = {f"pgts_{key}": v for key, v in self.action_policy.update().items()}
         return groups, sampling_metrics(groups, 0, meter, nodes_per_prompt=nodes / k, leaves_per_prompt=leaves / k,
                                         finished_leaves_per_prompt=finished_leaves / k,
-                                        evaluations_per_prompt=evaluations / k, tokens_per_prompt=spent / k)
+                                        evaluations_per_prompt=evaluations / k, tokens_per_prompt=spent / k,
+                                        **extra)
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        if self.action_policy is not None:
+            state["action_policy"] = self.action_policy.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        if self.action_policy is not None:
+            if "action_policy" not in state:
+                raise ValueError("the checkpoint's sampler holds no PGTS action policy (it was written without "
+                                 "search.name=policy_guided); resume it with the config it was written with")
+            self.action_policy.load_state_dict(state["action_policy"])

@@ -1,36 +1,43 @@
 """Tree search over partial responses: the tree, UCT/PUCT selection and backup (`tree`), strategies registered
 in `SEARCH_STRATEGIES` (`strategies`: mcts, beam_prm, policy_guided) and the tree as a training group with
-tree-structured advantages (`output`). Pure Python; an engine plugs in through the `expand` and `value`
-callbacks (not wired yet: see docs/search.md)."""
+tree-structured advantages (`output`); `pgts` is policy_guided with its learned action policy (torch).
+An engine plugs in through the `expand` and `value` callbacks (`rlvr.sampling.search`; docs/search.md)."""
 
 from rlvr.search.output import TreeSample, node_advantage, tree_group, tree_samples
-from rlvr.search.strategies import (
-    SEARCH_STRATEGIES,
+from rlvr.search.pgts import (
+    ActionPolicy,
     PGTSAction,
     PGTSState,
-    beam_prm,
-    mcts,
+    action_mask,
+    load_action_policy,
+    node_features,
     pgts_step,
     policy_guided,
-    run_search,
+    reinforce_loss,
 )
+from rlvr.search.strategies import SEARCH_STRATEGIES, beam_prm, mcts, run_search
 from rlvr.search.tree import Budget, Node, SearchTree, backup, puct_score, select_child, uct_score
 
 __all__ = [
     "SEARCH_STRATEGIES",
+    "ActionPolicy",
     "Budget",
     "Node",
     "PGTSAction",
     "PGTSState",
     "SearchTree",
     "TreeSample",
+    "action_mask",
     "backup",
     "beam_prm",
+    "load_action_policy",
     "mcts",
     "node_advantage",
+    "node_features",
     "pgts_step",
     "policy_guided",
     "puct_score",
+    "reinforce_loss",
     "run_search",
     "select_child",
     "tree_group",

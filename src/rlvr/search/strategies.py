@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from enum import Enum
 from typing import Annotated
 
 from pydantic import Field
@@ -207,85 +205,6 @@ def beam_prm(
             k = rerank_top or 2 * beam_width
             ranked = _copeland_order(ranked[:k], compare) + ranked[k:]
         beams = ranked[:beam_width]
-    return tree
-
-
-class PGTSAction(str, Enum):
-    """The four actions of a policy-guided tree search step (PGTS)."""
-
-    EXPAND = "expand"        # add a child to the current node and move to it (go deeper)
-    BRANCH = "branch"        # add a sibling of the current node (an alternative step) and move to it
-    BACKTRACK = "backtrack"  # move to the current node's parent
-    TERMINATE = "terminate"  # stop the search
-
-
-@dataclass
-class PGTSState:
-    """Where a policy-guided search is: the tree, the current node, and the actions taken so far."""
-
-    tree: SearchTree
-    current: Node
-    actions: list[PGTSAction] = field(default_factory=list)
-    done: bool = False
-
-
-def _next_proposal(node: Node, expand: ExpandFn, tree: SearchTree) -> Node | None:
-    """One new child of `node`: the first proposal of expand(node) that is not a child already."""
-    have = {c.token_ids for c in node.children}
-    for seg, lp in expand(node):
-        if tuple(int(t) for t in seg) not in have:
-            kids = tree.add_children(node, [(seg, lp)])
-            node.expanded = True
-            return kids[0] if kids else None
-    if not node.children:
-        node.expanded = node.terminal = True
-    return None
-
-
-def pgts_step(state: PGTSState, action: PGTSAction, expand: ExpandFn) -> PGTSState:
-    """Apply one PGTS action to `state` (in place). An action that cannot apply (backtrack at the root,
-    branch at the root, expand a terminal node, nothing new to propose, budget spent) leaves the node as is.
-    """
-    state.actions.append(action)
-    cur = state.current
-    if action is PGTSAction.TERMINATE:
-        state.done = True
-    elif action is PGTSAction.BACKTRACK:
-        state.current = cur.parent or cur
-    elif action is PGTSAction.EXPAND and not cur.terminal:
-        state.current = _next_proposal(cur, expand, state.tree) or cur
-    elif action is PGTSAction.BRANCH and cur.parent is not None:
-        state.current = _next_proposal(cur.parent, expand, state.tree) or cur
-    if state.tree.exhausted():
-        state.done = True
-    return state
-
-
-@SEARCH_STRATEGIES.register("policy_guided")
-def policy_guided(
-    tree: SearchTree,
-    expand: ExpandFn,
-    value: ValueFn,
-    policy: Callable[[PGTSState], PGTSAction],
-    *,
-    max_actions: Annotated[int, Field(ge=1)] = 1_000,
-) -> SearchTree:
-    r"""Policy-guided tree search: a policy picks expand / branch / backtrack / terminate at each step.
-
-        s_0 = (tree, root);  a_k = policy(s_k);  s_{k+1} = pgts_step(s_k, a_k);  stop on terminate or budget
-        every node reached is evaluated once: N = 1, Q = value(node)
-
-    Source: Li, "Policy Guided Tree Search for Enhanced LLM Reasoning", arXiv:2502.06813. This implementation
-    has the tree and the action semantics; PGTS's learned policy (a graph network over the tree trained with
-    RL, with per-action costs) is NOT implemented: `policy` is a callback (tests use scripted ones).
-    """
-    state = PGTSState(tree=tree, current=tree.root)
-    _score(tree.root, value)
-    for _ in range(max_actions):
-        if state.done:
-            break
-        pgts_step(state, policy(state), expand)
-        _score(state.current, value)
     return tree
 
 
