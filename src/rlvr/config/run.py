@@ -26,7 +26,7 @@ class RunConfig(Strict):
     reuse_memory: bool = Field(
         True, description="Linux/glibc: keep memory that freed tensors held in this process for the next ones "
         "(mallopt: no mmap for large blocks, no trimming), instead of returning it to the OS and page-faulting "
-        "fresh zeroed pages each step: the learner 1.24-1.33x faster on the 0.5B architecture "
+        "fresh zeroed pages each step: the learner 1.0-1.33x faster on the 0.5B architecture, most on a loaded machine "
         "(docs/performance.md); the process's resident memory then stays at its peak. false: glibc's default."
     )
 
