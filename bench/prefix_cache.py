@@ -2,14 +2,18 @@
 prompt's search, cache on against off, for models of growing size and prompt lengths.
 
 Per model and prompt length P, `rlvr.sampling.search.search_prompt` (mcts, c = 0.5, widen 0.5, branch 2, segments
-of 16 tokens, a 400-token budget, one rollout per partial leaf, max_new_tokens 96) on `--prompts` prompts, with
+of 16 tokens, a 400-token budget (`--budget`), one rollout per partial leaf, max_new_tokens 96) on `--prompts` prompts, with
 search.prefix_cache_mb = 0 and 256, each with the same seed; every response is scored 0 (random-weight models
 write no answers; the search still expands, rolls out and backs up, which is the work measured). Wall time and
 the process's CPU time (one thread: the compute, whatever else shares the core) are both reported. The two runs
 must grow the same trees (checked: same node tokens and rollouts). Prompts: an addition question padded with
 filler text to P byte tokens (a long system prompt or a few-shot prefix).
 
-    OMP_NUM_THREADS=1 PYTHONPATH=src python bench/prefix_cache.py --models builtin,qwen25m --lengths 32 256
+    OMP_NUM_THREADS=1 PYTHONPATH=src python bench/prefix_cache.py --models builtin,qwen25m --lengths 32 256 \
+        --rounds 3
+
+Off and on alternate for `--rounds` rounds and the median times are reported (every round must grow the same
+trees).
 
 Models: bench/common.py (`builtin` shipped; `qwen25m`, `qwen0.5b` random weights, built once into runs/).
 """
@@ -37,8 +41,8 @@ def prompt_ids(tok, record, length: int) -> list[int]:
     return (head[: max(length - len(tail), 0)] + tail)[-length:]
 
 
-def one(engine, prompts, cache_mb: float) -> dict:
-    settings = SearchSettings(strategy="mcts", strategy_params={"c": 0.5, "widen": 0.5}, max_tokens=400, branch=2,
+def one(engine, prompts, cache_mb: float, budget: int = 400) -> dict:
+    settings = SearchSettings(strategy="mcts", strategy_params={"c": 0.5, "widen": 0.5}, max_tokens=budget, branch=2,
                               segment_tokens=16, delimiter="|", leaf_rollouts=1, prefix_cache_mb=cache_mb)
     params = SamplingParams(temperature=1.0, max_new_tokens=96)
     engine.prefill_tokens = 0
@@ -57,11 +61,21 @@ def one(engine, prompts, cache_mb: float) -> dict:
             "calls": calls, "trees": trees}
 
 
+def median_run(runs: list[dict]) -> dict:
+    """The counts of the first run (every round does the same work) with the median times over rounds."""
+    out = dict(runs[0])
+    for key in ("seconds", "cpu_seconds"):
+        out[key] = sorted(r[key] for r in runs)[len(runs) // 2]
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", default="builtin,qwen25m")
     ap.add_argument("--lengths", type=int, nargs="+", default=(32, 256))
     ap.add_argument("--prompts", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--budget", type=int, default=400, help="search.max_tokens per prompt")
     args = ap.parse_args()
     torch.set_num_threads(1)
     rows = []
@@ -72,9 +86,14 @@ def main() -> None:
         for length in args.lengths:
             prompts = [prompt_ids(tok, r, length) for r in addition_records(args.prompts)]
             engine.generate(prompts[:1], SamplingParams(n=2, max_new_tokens=4))  # warm-up (rope tables, allocator)
-            off, on = one(engine, prompts, 0), one(engine, prompts, 256)
-            row = {"model": name, "prompt_tokens": length, "prompts": len(prompts),
-                   "same_trees": off.pop("trees") == on.pop("trees"), "off": off, "on": on,
+            runs: dict[str, list[dict]] = {"off": [], "on": []}
+            for _ in range(args.rounds):  # alternate, so that a slow spell of a shared machine hits both
+                runs["off"].append(one(engine, prompts, 0, args.budget))
+                runs["on"].append(one(engine, prompts, 256, args.budget))
+            trees = [r.pop("trees") for rs in runs.values() for r in rs]
+            off, on = (median_run(runs[k]) for k in ("off", "on"))
+            row = {"model": name, "prompt_tokens": length, "prompts": len(prompts), "rounds": args.rounds,
+                   "budget": args.budget, "same_trees": all(t == trees[0] for t in trees), "off": off, "on": on,
                    "speedup_wall": round(off["seconds"] / on["seconds"], 3),
                    "speedup_cpu": round(off["cpu_seconds"] / on["cpu_seconds"], 3)}
             rows.append(row)
