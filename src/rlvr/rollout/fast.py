@@ -15,6 +15,10 @@ over the model's weights instead of calling `model.generate`:
   unavailable or fails, a warning is logged and the step runs eagerly;
 - `share_prefill=False` prefills every row on its own (n copies of each prompt): the same samples for the
   same seed, n times the prefill work; kept only to measure what sharing saves.
+- inside `with engine.prefix_cache(max_bytes):` (tree search opens it) the KV of every decoded row is kept across
+  `generate` calls, keyed by its token ids (`rlvr.rollout.prefix_cache`), and a prompt prefills only the tokens
+  after its longest cached prefix; dropped on leaving the block, on `sync_weights` and when the parameters'
+  version counters move.
 
 The behaviour log-probs are log softmax(logits / T) before top-k/top-p, as in `rlvr.rollout.hf` and the
 learner's `forward_tokens`; sampling uses torch's global RNG, so `torch.manual_seed` makes it reproducible.
