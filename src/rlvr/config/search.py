@@ -46,7 +46,8 @@ class SearchConfig(ComponentSpec):
     prefix_cache_mb: float = Field(256.0, ge=0, description="KV memory (MiB) of the fast engine's cross-call "
                                    "prefix cache during one prompt's search: an expansion prefills only the tokens "
                                    "after the longest prefix already decoded; 0: off (every call prefills its "
-                                   "whole prompt). Same samples either way, up to fp32 rounding.")
+                                   "whole prompt). Log-probs equal up to fp32 rounding; a draw that lands within that rounding of a "
+                                   "CDF boundary can give another token (docs/search.md).")
 
     @model_validator(mode="after")
     def _check(self) -> SearchConfig:
