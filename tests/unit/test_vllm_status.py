@@ -65,3 +65,33 @@ def test_doctor_lists_every_engine():
     assert result.exit_code == 0, result.output
     for row in ("engine fast", "engine hf", "engine vllm", "cuda", "torch"):
         assert row in result.output
+
+
+@pytest.mark.parametrize("reset", [True, False])
+def test_a_weight_sync_that_cannot_reset_the_prefix_cache_stops(tmp_path, reset):
+    """vLLM's reset_prefix_cache returns False (and only logs) while blocks are held; serving KV computed with the
+    old weights would follow, so the sync raises instead. A stand-in for the LLM: nothing is started."""
+    import torch
+
+    class FakeLLM:
+        def __init__(self):
+            self.resets = 0
+
+        def collective_rpc(self, method, args):
+            return [2]  # the Linear's weight and bias
+
+        def reset_prefix_cache(self):
+            self.resets += 1
+            return reset
+
+    engine = vllm_engine.VLLMEngine.__new__(vllm_engine.VLLMEngine)
+    engine.llm, engine._shm, engine.colocate, engine._asleep, engine.policy_version = FakeLLM(), tmp_path, False, False, 0
+    model = torch.nn.Linear(2, 2)
+    if reset:
+        engine.sync_weights(model, version=4)
+        assert engine.policy_version == 4 and engine.llm.resets == 1
+    else:
+        with pytest.raises(RuntimeError, match="prefix cache could not be reset.*prefix_caching=false"):
+            engine.sync_weights(model, version=4)
+        assert engine.policy_version == 0
+    assert not list(tmp_path.iterdir())  # the weights file is removed either way

@@ -44,6 +44,11 @@ class SearchConfig(ComponentSpec):
                             "of by rollouts (rlvr eval and rlvr train).")
     prm_terminal: bool = Field(False, description="With search.prm and search.select=value|vote: score complete "
                                "responses by the PRM too (its weakest step) instead of the policy's confidence.")
+    prefix_cache_mb: float = Field(256.0, ge=0, description="KV memory (MiB) of the fast engine's cross-call "
+                                   "prefix cache during one prompt's search: an expansion prefills only the tokens "
+                                   "after the longest prefix already decoded; 0: off (every call prefills its "
+                                   "whole prompt). Log-probs equal up to fp32 rounding; a draw that lands within that rounding of a "
+                                   "CDF boundary can give another token (docs/search.md).")
 
     @model_validator(mode="after")
     def _check(self) -> SearchConfig:
@@ -83,7 +88,8 @@ class SearchConfig(ComponentSpec):
                               max_tokens=self.max_tokens, branch=self.branch, segment_tokens=self.segment_tokens,
                               delimiter=self.delimiter, advantage=self.advantage,
                               leaf_rollouts=0 if self.prm is not None else self.leaf_rollouts,  # the PRM replaces them
-                              select=self.select, prm=self.prm, prm_terminal=self.prm_terminal)
+                              select=self.select, prm=self.prm, prm_terminal=self.prm_terminal,
+                              prefix_cache_mb=self.prefix_cache_mb)
 
 
 def search_problems(cfg: Any) -> list[str]:

@@ -45,6 +45,7 @@ from rlvr.sampling.search import (
     SearchResult,
     SearchSettings,
     build_action_policy,
+    engine_prefix_cache,
     group_scorer,
     prm_step_value,
     search_prompt,
@@ -145,6 +146,8 @@ def evaluate_search(engine: Any, renderer: Any, task: Any, records: Sequence[Tas
     oracle = settings.select == "verifier"
     action_policy = build_action_policy(settings, learn=False)  # policy_guided: frozen (search.policy_from)
     runtime = {"policy": action_policy} if action_policy is not None else None
+    # the fast engine counts the prompt tokens it runs (not on its transformers fallback)
+    prefilled = getattr(engine, "prefill_tokens", None) if getattr(engine, "supported", True) else None
     started = time.perf_counter()
     problems: list[dict[str, Any]] = []
 
@@ -186,6 +189,8 @@ def evaluate_search(engine: Any, renderer: Any, task: Any, records: Sequence[Tas
     out = summarize_search(problems, settings, params, seconds=time.perf_counter() - started)
     if action_policy is not None:  # the frozen policy's actions over every search (no update: lr 0)
         out["pgts"] = action_policy.update()
+    if prefilled is not None:
+        out["prefill_tokens"] = int(engine.prefill_tokens) - int(prefilled)
     return out
 
 
@@ -209,15 +214,16 @@ def _budgeted_sampling(engine: Any, params: Any, prompt_ids: Sequence[int], sett
     `score`, until one is correct); returns them with their scores, and what was spent."""
     assert settings.max_tokens is not None
     spent, calls, candidates, solved = 0, 0, [], False
-    while spent < settings.max_tokens and not solved:
-        outs = engine.generate([list(prompt_ids)], replace(params, n=settings.branch, stop=[]))[0]
-        calls += 1
-        for s, v in zip(outs, score(outs)):
-            spent += len(s.response_ids)
-            candidates.append((list(s.response_ids), float(v)))
-            if stop_when_correct and correct.get(tuple(s.response_ids), False):
-                solved = True
-                break  # the samples after the first correct one would not have been needed
+    with engine_prefix_cache(engine, settings.prefix_cache_mb):  # the prompt is prefilled once, not per call
+        while spent < settings.max_tokens and not solved:
+            outs = engine.generate([list(prompt_ids)], replace(params, n=settings.branch, stop=[]))[0]
+            calls += 1
+            for s, v in zip(outs, score(outs)):
+                spent += len(s.response_ids)
+                candidates.append((list(s.response_ids), float(v)))
+                if stop_when_correct and correct.get(tuple(s.response_ids), False):
+                    solved = True
+                    break  # the samples after the first correct one would not have been needed
     return candidates, {"tokens": spent, "samples": len(candidates), "calls": calls}
 
 
@@ -237,6 +243,7 @@ def summarize_search(problems: list[dict[str, Any]], settings: SearchSettings, p
                    "branch": settings.branch, "segment_tokens": settings.segment_tokens,
                    "delimiter": settings.delimiter, "leaf_rollouts": settings.leaf_rollouts,
                    "select": settings.select, "prm": settings.prm, "prm_terminal": settings.prm_terminal,
+                   "prefix_cache_mb": settings.prefix_cache_mb,
                    **settings.strategy_params},
         "temperature": params.temperature, "max_new_tokens": params.max_new_tokens, "seconds": round(seconds, 2),
         **stats(problems),
@@ -273,4 +280,7 @@ def print_search_result(result: dict[str, Any]) -> None:
     for b, st in result.get("by_difficulty", {}).items():
         row(f"difficulty={b}", st)
     console.print(table)
-    console.print(f"({result['seconds']} s)")
+    prefill = result.get("prefill_tokens")
+    cache = "" if prefill is None else (f", {prefill} prompt tokens prefilled, prefix cache "
+                                        f"{s.get('prefix_cache_mb', 0):g} MiB")
+    console.print(f"({result['seconds']} s{cache})")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +44,13 @@ class RolloutEngine(abc.ABC):
     def sync_weights(self, model: Any, version: int) -> None:
         """Make the engine sample from `model`'s current weights, tagged as policy `version`."""
         self.policy_version = version
+
+    def prefix_cache(self, max_bytes: int) -> AbstractContextManager[Any]:
+        """Within this block, keep the KV of prompts (and of the responses decoded from them) across `generate`
+        calls, so that a prompt extending an earlier one prefills only its new tokens (tree search). The weights
+        must not change inside the block. Yields the cache (its `stats`), or None where the engine has no such
+        cache (this default: every call prefills its whole prompt)."""
+        return nullcontext(None)
 
     def sleep(self) -> None:  # noqa: B027  (optional hook: most engines keep their memory)
         """Free what the engine holds while the learner trains (a colocated engine's KV cache). Default: keep it."""

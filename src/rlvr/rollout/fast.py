@@ -15,6 +15,10 @@ over the model's weights instead of calling `model.generate`:
   unavailable or fails, a warning is logged and the step runs eagerly;
 - `share_prefill=False` prefills every row on its own (n copies of each prompt): the same samples for the
   same seed, n times the prefill work; kept only to measure what sharing saves.
+- inside `with engine.prefix_cache(max_bytes):` (tree search opens it) the KV of every decoded row is kept across
+  `generate` calls, keyed by its token ids (`rlvr.rollout.prefix_cache`), and a prompt prefills only the tokens
+  after its longest cached prefix; dropped on leaving the block, on `sync_weights` and when the parameters'
+  version counters move.
 
 The behaviour log-probs are log softmax(logits / T) before top-k/top-p, as in `rlvr.rollout.hf` and the
 learner's `forward_tokens`; sampling uses torch's global RNG, so `torch.manual_seed` makes it reproducible.
@@ -24,7 +28,8 @@ Other architectures (or a PEFT-wrapped model) fall back to the transformers-gene
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +38,7 @@ import torch.nn.functional as F
 
 from rlvr.rollout.base import ENGINES, SamplingParams
 from rlvr.rollout.hf import HFEngine
+from rlvr.rollout.prefix_cache import DEFAULT_MAX_ENTRIES, PrefixKVCache
 from rlvr.types import Sample
 
 log = logging.getLogger(__name__)
@@ -195,16 +201,19 @@ class _Decoder:
         return torch.zeros((self.num_layers, 2, rows, self.num_kv, length, self.head_dim), dtype=self.dtype,
                            device=self.device)
 
-    def prefill(self, ids: torch.Tensor, lengths: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
-        """Run right-padded prompts ids [B, L] (true lengths [B]); write their KV to cache[:, :, :B, :, :L].
-        Returns the last-position logits [B, V] in float32."""
+    def prefill(self, ids: torch.Tensor, lengths: torch.Tensor, cache: torch.Tensor, start: int = 0
+                ) -> torch.Tensor:
+        """Run right-padded prompts ids [B, L] (true lengths [B]) at positions [start, start + L); write their KV to
+        cache[:, :, :B, :, start:start + L]. With start > 0 the cache already holds positions [0, start) of every
+        row (a reused prefix), which the new tokens attend to. Returns the last-position logits [B, V], float32."""
         B, L = ids.shape
+        E = start + L
         H, K, D = self.num_heads, self.num_kv, self.head_dim
-        self.rope_tables(L)
-        cos, sin = self.rope[:L, None, 0], self.rope[:L, None, 1]  # broadcast over [B, L, heads, D]
-        keys = torch.arange(L, device=ids.device)
-        valid = keys[None, :] < lengths[:, None]  # [B, L]
-        mask = (keys[None, :, None] >= keys[None, None, :]) & valid[:, None, :]  # [B, Lq, Lk]
+        self.rope_tables(E)
+        cos, sin = self.rope[start:E, None, 0], self.rope[start:E, None, 1]  # broadcast over [B, L, heads, D]
+        keys = torch.arange(E, device=ids.device)
+        valid = keys[None, :] < (start + lengths)[:, None]  # [B, E]
+        mask = (keys[None, start:, None] >= keys[None, None, :]) & valid[:, None, :]  # [B, Lq, Lk]
         mask = mask[:, None]  # [B, 1, Lq, Lk]
         x = F.embedding(ids, self.embed)
         for i, layer in enumerate(self.layers):
@@ -214,8 +223,10 @@ class _Decoder:
             q = qk[:, :, :H].transpose(1, 2)
             k = qk[:, :, H:].transpose(1, 2)
             v = qkv[..., (H + K) * D :].view(B, L, K, D).transpose(1, 2)
-            cache[i, 0, :B, :, :L] = k
-            cache[i, 1, :B, :, :L] = v
+            cache[i, 0, :B, :, start:E] = k
+            cache[i, 1, :B, :, start:E] = v
+            if start:  # attend over the reused prefix too
+                k, v = cache[i, 0, :B, :, :E], cache[i, 1, :B, :, :E]
             if K != H:
                 k = k.repeat_interleave(H // K, dim=1)
                 v = v.repeat_interleave(H // K, dim=1)
@@ -338,12 +349,17 @@ class FastEngine(HFEngine):
         self.compile = compile
         self.compile_backend = compile_backend
         self.share_prefill = share_prefill
+        self.prefill_tokens = 0  # prompt tokens run through the model's prefill (reused prefixes not counted)
+        self._prefix: PrefixKVCache | None = None  # active inside `prefix_cache(...)` only
+        self._prefix_depth = 0
+        self._prefix_weights: tuple[Any, ...] | None = None
         self._decoder: _Decoder | None = None
         self._step_fn: Any = None
         self._bind(model)
 
     def _bind(self, model: Any) -> None:
         self.model = model
+        self._drop_prefixes()
         reason = unsupported_reason(model)
         if reason is not None:
             log.info("fast engine: %s; using transformers generate instead", reason)
@@ -391,6 +407,51 @@ class FastEngine(HFEngine):
         if model is not self.model:
             self._bind(model)
         self.policy_version = version
+        self._drop_prefixes()  # a publish: cached KV was computed with the old weights
+
+    # -- the cross-call prefix cache ------------------------------------------------------------------------
+
+    @contextmanager
+    def prefix_cache(self, max_bytes: int, max_entries: int = DEFAULT_MAX_ENTRIES) -> Iterator[Any]:
+        """Reuse prefix KV across `generate` calls inside this block (`rlvr.rollout.prefix_cache`): every decoded
+        row's KV is stored under its token ids, and a prompt prefills only what follows its longest cached prefix.
+        Off outside the block (the cache is dropped on leaving it); nested blocks share the outer one's cache.
+        Yields the `PrefixKVCache` (None when the model runs on the transformers fallback, which has no cache).
+
+        Never stale: the cache is dropped by `sync_weights` (every publish) and whenever the policy's parameter
+        version counters or the policy version moved since it was filled (an in-place update, `load_state_dict`).
+        An optimizer that writes parameters without bumping their version counters (fused AdamW) is not seen
+        without a `sync_weights`: do not train inside the block."""
+        if self._decoder is None or not self.share_prefill:
+            yield None
+            return
+        if self._prefix is None:
+            self._prefix = PrefixKVCache(max_bytes, max_entries)
+            self._prefix_weights = self._weights_stamp()
+        self._prefix_depth += 1
+        try:
+            yield self._prefix
+        finally:
+            self._prefix_depth -= 1
+            if self._prefix_depth == 0:
+                self._prefix, self._prefix_weights = None, None
+
+    def _weights_stamp(self) -> tuple[Any, ...]:
+        return (id(self.model), self.policy_version, sum(p._version for p in self.model.parameters()))
+
+    def _drop_prefixes(self) -> None:
+        if getattr(self, "_prefix", None) is not None:
+            self._prefix.clear()
+            self._prefix_weights = self._weights_stamp()
+
+    def _fresh_prefixes(self) -> PrefixKVCache | None:
+        """The active prefix cache, emptied first if the weights changed since it was filled."""
+        if self._prefix is not None:
+            stamp = self._weights_stamp()
+            if stamp != self._prefix_weights:
+                self._prefix.clear()
+                self._prefix_weights = stamp
+        return self._prefix
 
     @torch.inference_mode()
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Sample]]:
@@ -437,14 +498,21 @@ class FastEngine(HFEngine):
         # Prefill the P distinct prompts, then copy each prompt's KV (and first logits) to its rows.
         cache = dec.new_cache(N, S)
         counts_t = torch.tensor(counts, device=device)
+        prefixes = self._fresh_prefixes()
         if not self.share_prefill:  # every row prefilled on its own, straight into its cache rows
             ids, lengths = ids.repeat_interleave(counts_t, dim=0), lengths.repeat_interleave(counts_t)
             logits = dec.prefill(ids, lengths, cache)
-        elif all(c == 1 for c in counts):
+            self.prefill_tokens += sum(n * c for n, c in zip(lengths_list, counts))
+        elif all(c == 1 for c in counts) and prefixes is None:
             logits = dec.prefill(ids, lengths, cache)
+            self.prefill_tokens += sum(lengths_list)
         else:
             small = dec.new_cache(P, L)
-            logits = dec.prefill(ids, lengths, small)
+            if prefixes is None:
+                logits = dec.prefill(ids, lengths, small)
+                self.prefill_tokens += sum(lengths_list)
+            else:
+                logits = self._prefill_reusing(prefixes, prompts, ids, small)
             cache[..., :L, :] = small.repeat_interleave(counts_t, dim=2)
             logits = logits.repeat_interleave(counts_t, dim=0)
             lengths = lengths.repeat_interleave(counts_t)
@@ -461,6 +529,7 @@ class FastEngine(HFEngine):
         pos = lengths.clone()  # where the token sampled now will be written
         stops = list(params.stop)
         live = N
+        row_prompt = [b for b, c in enumerate(counts) for _ in range(c)]
         for t in range(M):
             logp = torch.log_softmax(logits if T == 1.0 else logits.div_(T), dim=-1)
             token = logp.argmax(dim=-1) if greedy else _sample(_truncate(logp, params.top_k, params.top_p)
@@ -474,6 +543,8 @@ class FastEngine(HFEngine):
                 break
             done = finished.nonzero().squeeze(1)
             if done.numel():
+                if prefixes is not None:
+                    self._remember(prefixes, cache, done.tolist(), row_ids, pos, out_tok, prompts, row_prompt)
                 out_len[row_ids[done].cpu()] = t + 1
                 keep_n = live - done.numel()
                 if keep_n == 0:
@@ -493,6 +564,8 @@ class FastEngine(HFEngine):
             width = int(pos.max()) + 1
             logits = self._step_fn(token, pos, cache, width)
             pos = pos + 1
+        if prefixes is not None and live:
+            self._remember(prefixes, cache, list(range(live)), row_ids, pos, out_tok, prompts, row_prompt)
         tok_rows = out_tok.cpu().tolist()
         lp_rows = out_lp.cpu().tolist()
         lens = out_len.tolist()
@@ -506,6 +579,35 @@ class FastEngine(HFEngine):
                 row += 1
             samples.append(group)
         return samples
+
+    def _prefill_reusing(self, prefixes: PrefixKVCache, prompts: list[list[int]], ids: torch.Tensor,
+                         small: torch.Tensor) -> torch.Tensor:
+        """Prefill each prompt into its row of `small` [layers, 2, P, K, L, D], copying its longest cached prefix
+        (at most all but its last token) and running only the rest; one prompt at a time (the reused lengths
+        differ). Returns the last-position logits [P, V]."""
+        dec = self._decoder
+        assert dec is not None
+        out = []
+        for b, p in enumerate(prompts):
+            n, kv = prefixes.lookup(p, limit=len(p) - 1)
+            row = small[:, :, b : b + 1]
+            if n:
+                row[:, :, 0, :, :n] = kv[:, :, :, :n]
+            rest = torch.tensor([len(p) - n], device=ids.device)
+            out.append(dec.prefill(ids[b : b + 1, n : len(p)], rest, row, start=n))
+            self.prefill_tokens += len(p) - n
+        return torch.cat(out)
+
+    @staticmethod
+    def _remember(prefixes: PrefixKVCache, cache: torch.Tensor, slots: list[int], row_ids: torch.Tensor,
+                  pos: torch.Tensor, out_tok: torch.Tensor, prompts: list[list[int]], row_prompt: list[int]) -> None:
+        """Store the KV of the rows in cache `slots` before they are overwritten: positions [0, pos) hold the KV of
+        the row's prompt and of every sampled token but the last (which was never fed)."""
+        for slot in slots:
+            row, n = int(row_ids[slot]), int(pos[slot])
+            prompt = prompts[row_prompt[row]]
+            ids = prompt + out_tok[row, : n - len(prompt)].tolist()
+            prefixes.insert(ids, cache[:, :, slot, :, :n].clone())
 
     def _hit_stop(self, out_tok: torch.Tensor, row_ids: torch.Tensor, upto: int, stops: list[str]) -> torch.Tensor:
         """[live] bool: whether each live row's response so far contains a stop string (checked on the tail

@@ -13,7 +13,11 @@ docs/scaling.md and `make gpu-check`).
 - **Seeds**: each of the n samples of a prompt is its own request with its own seed, drawn from torch's global
   generator, which the trainer seeds per step; a run with the same seed samples the same tokens, and a resumed
   run continues with the seeds it would have drawn.
-- **Prefix caching** is on, so the n requests of one prompt share its prefill (whole KV blocks only).
+- **Prefix caching** is on, so the n requests of one prompt share its prefill, and a later prompt that extends
+  an earlier prompt + response (a tree search's expansions and rollouts) reuses its KV: vLLM keeps the blocks of
+  finished requests, prompt and generated tokens, until it needs the memory. Whole KV blocks only: on CPU a block
+  is 128 tokens by default, so shorter prefixes are recomputed; `block_size` (a multiple of 32 on CPU) makes
+  the reuse finer.
 - **Weight sync** (`sync_weights`): the policy's state dict is written once to a safetensors file in shared
   memory and the engine's workers reload it in place through `collective_rpc` (vLLM's layer-wise reload, which
   also redoes the CPU kernels' weight packing); then the prefix cache is dropped, since its KV was computed
@@ -134,7 +138,10 @@ class VLLMEngine(RolloutEngine):
     - `colocate`: sleep while the learner trains (CUDA only); default true.
     - `max_model_len`: the longest prompt + response; default the model's.
     - `enforce_eager`: no CUDA graphs / compilation; default true on CPU (start-up in seconds, not minutes).
-    - `prefix_caching`: share the prompt's prefill across its samples; default true.
+    - `prefix_caching`: reuse the KV of earlier prompts and responses (whole blocks): the n samples of a prompt
+      share its prefill, a tree search's expansions their prefix; default true. Reset at every weight sync.
+    - `block_size`: tokens per KV block, the granularity of prefix reuse; default vLLM's (128 on CPU, where it
+      must be a multiple of 32).
     - `tensor_parallel_size`: default 1.
     """
 
@@ -146,7 +153,7 @@ class VLLMEngine(RolloutEngine):
     def __init__(self, model: Any, tokenizer: Any, *, batch_size: int = 256, dtype: str = "policy",
                  kv_cache_gb: float = 1.0, gpu_memory_utilization: float = 0.5, colocate: bool = True,
                  max_model_len: int | None = None, enforce_eager: bool | None = None, prefix_caching: bool = True,
-                 tensor_parallel_size: int = 1):
+                 tensor_parallel_size: int = 1, block_size: int | None = None):
         vllm = _check_environment()
         from vllm.platforms import current_platform
 
@@ -171,6 +178,11 @@ class VLLMEngine(RolloutEngine):
             log.info("vLLM on %s has no sleep mode: the engine keeps its memory while the learner trains "
                      "(rollout.engine_options.colocate ignored)", current_platform.device_name)
         kwargs: dict[str, Any] = {}
+        if block_size is not None:
+            if block_size <= 0 or (self.on_cpu and block_size % 32):
+                raise _config_error(f"rollout.engine_options.block_size: {block_size} is not a valid KV block size; "
+                                    "use a positive multiple of 32 on CPU (e.g. 32), or leave it unset")
+            kwargs["block_size"] = int(block_size)
         if self.on_cpu:
             kwargs["kv_cache_memory_bytes"] = int(kv_cache_gb * 2**30)
         else:
@@ -210,7 +222,12 @@ class VLLMEngine(RolloutEngine):
             path.unlink(missing_ok=True)
         if any(int(c) != len(state) for c in counts):
             raise RuntimeError(f"vLLM weight sync: workers read {counts} tensors, {len(state)} were sent")
-        self.llm.reset_prefix_cache()  # cached KV was computed with the old weights
+        # Cached KV was computed with the old weights. vLLM refuses the reset (returns False, with only a log
+        # warning) while some blocks are still held by requests; then the old KV would be served, so stop.
+        if self.llm.reset_prefix_cache() is False:
+            raise RuntimeError("vLLM weight sync: the prefix cache could not be reset (KV blocks still held by "
+                               "requests), so KV computed with the old weights could be reused; sync weights only "
+                               "between generate calls, or set rollout.engine_options.prefix_caching=false")
         self.policy_version = version
         self._sleep()
 

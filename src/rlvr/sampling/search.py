@@ -25,14 +25,17 @@ segments kept as nodes, the duplicate segments merged away and the rollouts -- s
 can be compared at equal generated tokens. A search stops at its budget; the last engine call may overshoot it
 by at most one call's worth (k segments or m rollouts). `max_nodes` counts nodes, as in `rlvr.search.tree`.
 
-Shared prefixes are cheap on the fast engine: the k continuations of one node are one `generate` call with
-n = k, whose prompt (prompt + prefix) is prefilled once and its KV copied to the k rows (`share_prefill`).
-Across calls nothing is cached: a child's expansion prefills its whole prefix again.
+Shared prefixes are decoded once on the fast engine: the k continuations of one node are one `generate` call
+with n = k, whose prompt (prompt + prefix) is prefilled once and its KV copied to the k rows (`share_prefill`);
+and across calls, one prompt's search runs inside the engine's `prefix_cache` (`prefix_cache_mb` of KV, 0 = off),
+so a child's expansion or a rollout prefills only the tokens after the longest prefix the engine already decoded
+(`rlvr.rollout.prefix_cache`). The vllm engine has its own prefix caching (on by default).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -76,6 +79,7 @@ class SearchSettings:
     select: str = "verifier"  # evaluation: how the answer is chosen (verifier, value, vote; rlvr.eval.search)
     prm: str | None = None  # a `rlvr prm` directory: partial nodes valued by it (`prm_step_value`)
     prm_terminal: bool = False  # evaluation without the verifier: complete responses scored by the PRM too
+    prefix_cache_mb: float = 256.0  # the engine's cross-call prefix KV cache during one prompt's search; 0: off
 
     def budget(self) -> Budget:
         return Budget(max_nodes=self.max_nodes, max_tokens=self.max_tokens)
@@ -322,8 +326,18 @@ def search_prompt(
             result.rollouts.append(LeafRollout(node=node, token_ids=list(s.response_ids), logprobs=lp, reward=r))
         return sum(rewards) / len(rewards)
 
-    strategy(tree, expand, value, **(runtime or {}))
+    with engine_prefix_cache(engine, settings.prefix_cache_mb):
+        strategy(tree, expand, value, **(runtime or {}))
     return result
+
+
+def engine_prefix_cache(engine: Any, megabytes: float) -> AbstractContextManager[Any]:
+    """The engine's cross-call prefix KV cache of `megabytes` (`RolloutEngine.prefix_cache`), or a no-op block
+    when it is 0 or the engine has none (a scripted engine)."""
+    opener = getattr(engine, "prefix_cache", None)
+    if megabytes <= 0 or opener is None:
+        return nullcontext(None)
+    return opener(int(megabytes * 2**20))
 
 
 def _path_logprobs(node: Node) -> list[float]:
