@@ -15,8 +15,6 @@ w(s_t) then weights the policy gradient (the `oreal` advantage estimator). The m
 from __future__ import annotations
 
 import json
-import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,13 +25,12 @@ from rich.markup import escape
 
 from rlvr.config import PRMConfig
 from rlvr.errors import ConfigError
-from rlvr.learner.optim import build_optimizer, build_scheduler
 from rlvr.models import check_vocab, resolve_dtype
 from rlvr.models.reward_head import load_step_reward_model, token_logits
-from rlvr.rm.data import ShuffledBatches, split_by_prompt
-from rlvr.runtime import ProgressReporter, console, format_metrics, seed_everything
-from rlvr.tracking import JsonlSink
-from rlvr.trainer.checkpoint import save_checkpoint, save_hf_dir
+from rlvr.rm.data import split_by_prompt
+from rlvr.rm.fit import fit_reward_model
+from rlvr.runtime import console, seed_everything
+from rlvr.trainer.checkpoint import save_hf_dir
 
 
 @dataclass
@@ -136,44 +133,23 @@ def train_token_rm(cfg: PRMConfig, rows: list[dict[str, Any]], run_dir: Path, to
     check_vocab(tokenizer, model)
     console.print(f"Token RM (OREAL): {len(train_set)} training solutions ({sum(e.correct for e in train_set)} "
                   f"correct), {len(heldout)} held-out ({skipped} too long), {cfg.train.steps} steps")
-    sink = JsonlSink(run_dir / "metrics.jsonl")
     micro = min(cfg.train.micro_batch_size, cfg.train.batch_size)
-    before = evaluate_token_rm(model, heldout, pad, device, micro)
-    sink.log(0, {f"eval/{k}": v for k, v in before.items()})
-    optimizer = build_optimizer(model, cfg.optim)
-    scheduler = build_scheduler(optimizer, cfg.optim, cfg.train.steps)
-    batches = ShuffledBatches(len(train_set), cfg.train.batch_size, cfg.run.seed)
-    max_norm = cfg.optim.grad_clip if cfg.optim.grad_clip is not None else float("inf")
-    latest = before
-    with ProgressReporter("token-rm", cfg.train.steps, cfg.logging.progress) as progress:
-        for step in range(1, cfg.train.steps + 1):
-            started = time.perf_counter()
-            picked = batches.next()
-            optimizer.zero_grad(set_to_none=True)
-            loss_value = 0.0
-            for start in range(0, len(picked), micro):
-                batch = [train_set[i] for i in picked[start : start + micro]]
-                scores = response_scores(model, batch, pad, device)
-                correct = torch.tensor([e.correct for e in batch], dtype=torch.float32, device=scores[0].device)
-                loss = oreal_outcome_loss(scores, correct) * len(batch) / len(picked)  # the batch mean
-                loss.backward()
-                loss_value += float(loss.detach())
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
-            if math.isfinite(loss_value) and math.isfinite(grad_norm):
-                optimizer.step()
-                scheduler.step()
-            metrics = {"loss": loss_value, "grad_norm": grad_norm, "lr": scheduler.get_last_lr()[0],
-                       "step_s": time.perf_counter() - started}
-            if (cfg.train.eval_every and step % cfg.train.eval_every == 0) or step == cfg.train.steps:
-                latest = evaluate_token_rm(model, heldout, pad, device, micro)
-                metrics.update({f"eval/{k}": v for k, v in latest.items()})
-            sink.log(step, metrics)
-            line = format_metrics(metrics, ("loss", "eval/accuracy", "eval/best_of_n", "step_s"))
-            progress.update(step, line, print_line=step % cfg.logging.console_every == 0)
-            if cfg.checkpoint.every and step % cfg.checkpoint.every == 0 and step < cfg.train.steps:
-                save_checkpoint(run_dir, step, model, tokenizer, {"optimizer": optimizer.state_dict()},
-                                cfg.checkpoint.keep_last)
-    sink.close()
+
+    def accumulate(picked: list[int]) -> tuple[float, dict[str, float]]:
+        loss_value = 0.0
+        for start in range(0, len(picked), micro):
+            batch = [train_set[i] for i in picked[start : start + micro]]
+            scores = response_scores(model, batch, pad, device)
+            correct = torch.tensor([e.correct for e in batch], dtype=torch.float32, device=scores[0].device)
+            loss = oreal_outcome_loss(scores, correct) * len(batch) / len(picked)  # the batch mean
+            loss.backward()
+            loss_value += float(loss.detach())
+        return loss_value, {}
+
+    before, latest = fit_reward_model(
+        model, tokenizer, cfg, run_dir, name="token-rm", examples=len(train_set), accumulate=accumulate,
+        evaluate=lambda: evaluate_token_rm(model, heldout, pad, device, micro),
+        shown=("loss", "eval/accuracy", "eval/best_of_n", "step_s"))
     share = sum(e.correct for e in heldout) / max(len(heldout), 1)
     baseline = {"majority_accuracy": max(share, 1 - share) if heldout else float("nan")}
     result = {"objective": "oreal", "train_solutions": len(train_set), "heldout_solutions": len(heldout),

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,23 +32,21 @@ from rich.markup import escape
 
 from rlvr.config import PRMConfig
 from rlvr.errors import ConfigError
-from rlvr.learner.optim import build_optimizer, build_scheduler
 from rlvr.models import ModelError, check_vocab, load_causal_lm, load_tokenizer, resolve_device, resolve_dtype
 from rlvr.models.reward_head import load_step_reward_model, token_logits
-from rlvr.rm.data import ShuffledBatches, split_by_prompt
+from rlvr.rm.data import split_by_prompt
+from rlvr.rm.fit import fit_reward_model
 from rlvr.rm.prm_label import entropy_regularized_value, label_solutions, read_labels, write_labels
 from rlvr.rollout import SamplingParams, build_engine
 from rlvr.runtime import (
     ProgressReporter,
     attach_log_file,
     console,
-    format_metrics,
     prepare_run_dir,
     seed_everything,
 )
 from rlvr.tasks import PromptRenderer, build_task
-from rlvr.tracking import JsonlSink
-from rlvr.trainer.checkpoint import save_checkpoint, save_hf_dir
+from rlvr.trainer.checkpoint import save_hf_dir
 
 log = logging.getLogger("rlvr.prm")
 
@@ -230,49 +227,28 @@ def run_prm(cfg: PRMConfig) -> Path:
         n_steps = sum(len(e.positions) for e in train_set)
         console.print(f"PRM: {len(train_set)} training solutions ({n_steps} steps), {len(heldout)} held-out "
                       f"({sum(len(e.positions) for e in heldout)} steps; {skipped} too long), {cfg.train.steps} steps")
-        sink = JsonlSink(run_dir / "metrics.jsonl")
         micro = min(cfg.train.micro_batch_size, cfg.train.batch_size)
         ev = dict(threshold=cfg.data.threshold, aggregate=cfg.eval.aggregate, batch_size=micro)
-        before = evaluate_prm(model, heldout, pad, device, **ev)
-        sink.log(0, {f"eval/{k}": v for k, v in before.items()})
-        optimizer = build_optimizer(model, cfg.optim)
-        scheduler = build_scheduler(optimizer, cfg.optim, cfg.train.steps)
-        batches = ShuffledBatches(len(train_set), cfg.train.batch_size, cfg.run.seed)
-        max_norm = cfg.optim.grad_clip if cfg.optim.grad_clip is not None else float("inf")
-        latest = before
-        with ProgressReporter("prm", cfg.train.steps, cfg.logging.progress) as progress:
-            for step in range(1, cfg.train.steps + 1):
-                started = time.perf_counter()
-                picked = batches.next()
-                total = sum(len(train_set[i].positions) for i in picked)
-                optimizer.zero_grad(set_to_none=True)
-                loss_value = 0.0
-                for start in range(0, len(picked), micro):
-                    batch = [train_set[i] for i in picked[start : start + micro]]
-                    logits = token_logits(model, [e.ids for e in batch], pad, device)
-                    scores = torch.cat([row[torch.tensor(e.positions, device=row.device)]
-                                        for row, e in zip(logits, batch)])
-                    targets = torch.tensor([t for e in batch for t in e.targets], device=scores.device)
-                    # each micro-batch's step mean, weighted by its share of the batch's steps: the batch mean
-                    loss = prm_step_loss(scores, targets, cfg.loss.type) * len(targets) / total
-                    loss.backward()
-                    loss_value += float(loss.detach())
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
-                if math.isfinite(loss_value) and math.isfinite(grad_norm):
-                    optimizer.step()
-                    scheduler.step()
-                metrics = {"loss": loss_value, "grad_norm": grad_norm, "lr": scheduler.get_last_lr()[0],
-                           "step_s": time.perf_counter() - started}
-                if (cfg.train.eval_every and step % cfg.train.eval_every == 0) or step == cfg.train.steps:
-                    latest = evaluate_prm(model, heldout, pad, device, **ev)
-                    metrics.update({f"eval/{k}": v for k, v in latest.items()})
-                sink.log(step, metrics)
-                line = format_metrics(metrics, ("loss", "eval/step_accuracy", "eval/best_of_n", "step_s"))
-                progress.update(step, line, print_line=step % cfg.logging.console_every == 0)
-                if cfg.checkpoint.every and step % cfg.checkpoint.every == 0 and step < cfg.train.steps:
-                    save_checkpoint(run_dir, step, model, tokenizer, {"optimizer": optimizer.state_dict()},
-                                    cfg.checkpoint.keep_last)
-        sink.close()
+
+        def accumulate(picked: list[int]) -> tuple[float, dict[str, float]]:
+            total = sum(len(train_set[i].positions) for i in picked)
+            loss_value = 0.0
+            for start in range(0, len(picked), micro):
+                batch = [train_set[i] for i in picked[start : start + micro]]
+                logits = token_logits(model, [e.ids for e in batch], pad, device)
+                scores = torch.cat([row[torch.tensor(e.positions, device=row.device)]
+                                    for row, e in zip(logits, batch)])
+                targets = torch.tensor([t for e in batch for t in e.targets], device=scores.device)
+                # each micro-batch's step mean, weighted by its share of the batch's steps: the batch mean
+                loss = prm_step_loss(scores, targets, cfg.loss.type) * len(targets) / total
+                loss.backward()
+                loss_value += float(loss.detach())
+            return loss_value, {}
+
+        before, latest = fit_reward_model(
+            model, tokenizer, cfg, run_dir, name="prm", examples=len(train_set), accumulate=accumulate,
+            evaluate=lambda: evaluate_prm(model, heldout, pad, device, **ev),
+            shown=("loss", "eval/step_accuracy", "eval/best_of_n", "step_s"))
         train_targets = [t for e in train_set for t in e.targets]
         mean_label = sum(train_targets) / len(train_targets)
         held_targets = [t for e in heldout for t in e.targets]

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
-import time
 from pathlib import Path
 from typing import Any
 
@@ -20,30 +18,26 @@ import torch
 from rich.markup import escape
 
 from rlvr.config import RMConfig
-from rlvr.learner.optim import build_optimizer, build_scheduler
 from rlvr.models import ModelError, check_vocab, load_tokenizer, resolve_device, resolve_dtype
 from rlvr.models.reward_head import load_reward_model, sequence_rewards
 from rlvr.rewards.models import render_exchange
 from rlvr.rm.data import (
     PreferencePair,
     RMDataError,
-    ShuffledBatches,
     data_format,
     mine_rollout_pairs,
     read_pairs,
     split_pairs,
 )
+from rlvr.rm.fit import fit_reward_model
 from rlvr.rm.loss import bradley_terry_loss, pair_accuracy
 from rlvr.runtime import (
-    ProgressReporter,
     attach_log_file,
     console,
-    format_metrics,
     prepare_run_dir,
     seed_everything,
 )
-from rlvr.tracking import JsonlSink
-from rlvr.trainer.checkpoint import save_checkpoint, save_hf_dir
+from rlvr.trainer.checkpoint import save_hf_dir
 
 log = logging.getLogger("rlvr.rm")
 
@@ -142,52 +136,29 @@ def run_rm(cfg: RMConfig) -> Path:
         pad = int(tokenizer.pad_token_id)
         console.print(f"Reward model: {len(train_set)} training pairs ({skipped} too long), {len(eval_set)} "
                       f"held-out ({eval_skipped} too long), {cfg.train.steps} steps")
-        sink = JsonlSink(run_dir / "metrics.jsonl")
         micro = min(cfg.train.micro_batch_size, cfg.train.batch_size)
-        before = evaluate_pairs(model, eval_set, pad, device, micro)
-        sink.log(0, {f"eval/{k}": v for k, v in before.items()})
-        optimizer = build_optimizer(model, cfg.optim)
-        scheduler = build_scheduler(optimizer, cfg.optim, cfg.train.steps)
-        batches = ShuffledBatches(len(train_set), cfg.train.batch_size, cfg.run.seed)
-        max_norm = cfg.optim.grad_clip if cfg.optim.grad_clip is not None else float("inf")
-        latest = before
-        with ProgressReporter("rm", cfg.train.steps, cfg.logging.progress) as progress:
-            for step in range(1, cfg.train.steps + 1):
-                started = time.perf_counter()
-                picked = batches.next()
-                optimizer.zero_grad(set_to_none=True)
-                loss_value, chosen_all, rejected_all = 0.0, [], []
-                for start in range(0, len(picked), micro):
-                    batch = [train_set[i] for i in picked[start : start + micro]]
-                    chosen, rejected = _pair_rewards(model, batch, pad, device)
-                    margin = (torch.tensor([m for _, _, m in batch], device=chosen.device)
-                              if cfg.loss.use_margin else None)
-                    # each micro-batch's mean, weighted by its share of the batch: the batch mean overall
-                    loss = bradley_terry_loss(chosen, rejected, margin, cfg.loss.center_coef) * len(batch) / len(
-                        picked)
-                    loss.backward()
-                    loss_value += float(loss.detach())
-                    chosen_all.append(chosen.detach().cpu())
-                    rejected_all.append(rejected.detach().cpu())
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
-                if math.isfinite(loss_value) and math.isfinite(grad_norm):
-                    optimizer.step()
-                    scheduler.step()
-                c, r = torch.cat(chosen_all), torch.cat(rejected_all)
-                metrics = {"loss": loss_value, "accuracy": pair_accuracy(c, r), "margin": float((c - r).mean()),
-                           "reward_chosen": float(c.mean()), "reward_rejected": float(r.mean()),
-                           "grad_norm": grad_norm, "lr": scheduler.get_last_lr()[0],
-                           "step_s": time.perf_counter() - started}
-                if (cfg.train.eval_every and step % cfg.train.eval_every == 0) or step == cfg.train.steps:
-                    latest = evaluate_pairs(model, eval_set, pad, device, micro)
-                    metrics.update({f"eval/{k}": v for k, v in latest.items()})
-                sink.log(step, metrics)
-                line = format_metrics(metrics, ("loss", "accuracy", "margin", "eval/accuracy", "step_s"))
-                progress.update(step, line, print_line=step % cfg.logging.console_every == 0)
-                if cfg.checkpoint.every and step % cfg.checkpoint.every == 0 and step < cfg.train.steps:
-                    save_checkpoint(run_dir, step, model, tokenizer, {"optimizer": optimizer.state_dict()},
-                                    cfg.checkpoint.keep_last)
-        sink.close()
+
+        def accumulate(picked: list[int]) -> tuple[float, dict[str, float]]:
+            loss_value, chosen_all, rejected_all = 0.0, [], []
+            for start in range(0, len(picked), micro):
+                batch = [train_set[i] for i in picked[start : start + micro]]
+                chosen, rejected = _pair_rewards(model, batch, pad, device)
+                margin = (torch.tensor([m for _, _, m in batch], device=chosen.device)
+                          if cfg.loss.use_margin else None)
+                # each micro-batch's mean, weighted by its share of the batch: the batch mean overall
+                loss = bradley_terry_loss(chosen, rejected, margin, cfg.loss.center_coef) * len(batch) / len(picked)
+                loss.backward()
+                loss_value += float(loss.detach())
+                chosen_all.append(chosen.detach().cpu())
+                rejected_all.append(rejected.detach().cpu())
+            c, r = torch.cat(chosen_all), torch.cat(rejected_all)
+            return loss_value, {"accuracy": pair_accuracy(c, r), "margin": float((c - r).mean()),
+                                "reward_chosen": float(c.mean()), "reward_rejected": float(r.mean())}
+
+        before, latest = fit_reward_model(
+            model, tokenizer, cfg, run_dir, name="rm", examples=len(train_set), accumulate=accumulate,
+            evaluate=lambda: evaluate_pairs(model, eval_set, pad, device, micro),
+            shown=("loss", "accuracy", "margin", "eval/accuracy", "step_s"))
         result = {"heldout_pairs": len(eval_set), "train_pairs": len(train_set), "before": before, "after": latest}
         (run_dir / "rm_eval.json").write_text(json.dumps(result, indent=2) + "\n")
         final = save_hf_dir(model, tokenizer, run_dir / "final")
