@@ -44,6 +44,10 @@ class SearchConfig(ComponentSpec):
                             "of by rollouts (rlvr eval and rlvr train).")
     prm_terminal: bool = Field(False, description="With search.prm and search.select=value|vote: score complete "
                                "responses by the PRM too (its weakest step) instead of the policy's confidence.")
+    compare: str | None = Field(None, description="beam_prm at evaluation (rlvr eval): a Bradley-Terry reward "
+                                "model directory written by `rlvr rm` (its final/); the top candidates of each depth "
+                                "are re-ranked by Copeland wins of the pairwise preference P(a > b) = "
+                                "sigmoid(r(a) - r(b)) (BPP-Search's preference model).")
     prefix_cache_mb: float = Field(256.0, ge=0, description="KV memory (MiB) of the fast engine's cross-call "
                                    "prefix cache during one prompt's search: an expansion prefills only the tokens "
                                    "after the longest prefix already decoded; 0: off (every call prefills its "
@@ -70,6 +74,12 @@ class SearchConfig(ComponentSpec):
             if "leaf_rollouts" in self.model_fields_set and self.leaf_rollouts > 0:
                 raise ValueError(f"search.leaf_rollouts: with search.prm partial nodes are valued by the PRM, not by "
                                  f"rollouts; remove search.leaf_rollouts={self.leaf_rollouts} or search.prm")
+        if self.compare is not None:
+            if not str(self.compare).strip():
+                raise ValueError("search.compare: empty path; give the final/ directory of a `rlvr rm` run")
+            if self.name != "beam_prm":
+                raise ValueError(f"search.compare: only beam_prm re-ranks its candidates by a pairwise preference; "
+                                 f"set search.name=beam_prm or remove search.compare (search.name={self.name})")
         if self.prm_terminal:
             if self.prm is None:
                 raise ValueError("search.prm_terminal: scores complete responses by the PRM; set search.prm=DIR "
@@ -89,7 +99,7 @@ class SearchConfig(ComponentSpec):
                               delimiter=self.delimiter, advantage=self.advantage,
                               leaf_rollouts=0 if self.prm is not None else self.leaf_rollouts,  # the PRM replaces them
                               select=self.select, prm=self.prm, prm_terminal=self.prm_terminal,
-                              prefix_cache_mb=self.prefix_cache_mb)
+                              compare=self.compare, prefix_cache_mb=self.prefix_cache_mb)
 
 
 def search_problems(cfg: Any) -> list[str]:

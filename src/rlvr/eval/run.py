@@ -58,6 +58,11 @@ def run_eval(cfg: Config, model_path: str, out: Path | None, *, key: str = "MODE
         from rlvr.sampling.search import load_search_prm
 
         search_prm = load_search_prm(cfg.search.settings(), tokenizer, task, device=cfg.model.device)
+    search_compare = None
+    if cfg.search is not None and cfg.search.compare is not None:  # beam_prm's preference model, checked early
+        from rlvr.sampling.search import load_search_compare
+
+        search_compare = load_search_compare(cfg.search.settings(), tokenizer, device=cfg.model.device)
     dtype = resolve_dtype(cfg.model.dtype, device)
     processor = None
     visual = getattr(task, "visual", False)
@@ -84,7 +89,8 @@ def run_eval(cfg: Config, model_path: str, out: Path | None, *, key: str = "MODE
 
         sft_rows: list[dict[str, Any]] | None = [] if sft_out is not None else None
         run_eval = functools.partial(evaluate_search, engine, renderer, task, records, params,
-                                     cfg.search.settings(), tokenizer, sft_rows=sft_rows, prm=search_prm)
+                                     cfg.search.settings(), tokenizer, sft_rows=sft_rows, prm=search_prm,
+                                     compare=search_compare)
         show = print_search_result
     else:
         run_eval = functools.partial(evaluate, engine, renderer, task, records, params, cfg.eval.ks)

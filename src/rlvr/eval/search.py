@@ -135,12 +135,17 @@ def prm_complete_scores(prm: Any, task: Any, record: TaskRecord, prompt_ids: Seq
 def evaluate_search(engine: Any, renderer: Any, task: Any, records: Sequence[TaskRecord], params: Any,
                     settings: SearchSettings, tokenizer: Any,
                     on_progress: Callable[[int, int], None] | None = None,
-                    sft_rows: list[dict[str, Any]] | None = None, prm: Any = None) -> dict[str, Any]:
+                    sft_rows: list[dict[str, Any]] | None = None, prm: Any = None,
+                    compare: Any = None) -> dict[str, Any]:
     """Search (or budgeted sampling) on every record; returns solve rate, tokens and per-problem details, and
     appends each problem's chosen answer to `sft_rows` when given. `prm`: the loaded `search.prm`
-    (`load_search_prm`); it values partial nodes (and complete responses with `settings.prm_terminal`)."""
+    (`load_search_prm`); it values partial nodes (and complete responses with `settings.prm_terminal`).
+    `compare`: the loaded `search.compare` (`load_search_compare`), beam_prm's pairwise preference model."""
     if settings.prm is not None and prm is None:
         raise ValueError("evaluate_search: settings.prm is set; pass prm=load_search_prm(settings, tokenizer, task)")
+    if settings.compare is not None and compare is None:
+        raise ValueError("evaluate_search: settings.compare is set; pass compare=load_search_compare(settings, "
+                         "tokenizer)")
     verify = RewardFunction([("correctness", 1.0, CorrectnessReward())])
     eos_ids = list(getattr(engine, "eos_ids", None) or [tokenizer.eos_token_id])
     oracle = settings.select == "verifier"
@@ -165,8 +170,12 @@ def evaluate_search(engine: Any, renderer: Any, task: Any, records: Sequence[Tas
             candidates, problem = _budgeted_sampling(engine, params, prompt_ids, settings, score, correct, oracle)
         else:
             node_prm = prm_step_value(prm, task, record, decode) if prm is not None else None
+            calls = runtime
+            if compare is not None:  # beam_prm: re-rank by the preference model, per problem (its score cache)
+                question = task.plain_prompt(record) if hasattr(task, "plain_prompt") else record.question
+                calls = {**(runtime or {}), "compare": compare.for_problem(question, decode)}
             result = search_prompt(engine, params, prompt_ids, settings, score, eos_ids, prm=node_prm,
-                                   solved_at=1.0 if oracle else None, runtime=runtime)
+                                   solved_at=1.0 if oracle else None, runtime=calls)
             candidates = result.complete_responses()
             problem = {"tokens": result.stats.tokens, "nodes": result.tree.nodes, "calls": result.stats.calls,
                        "leaves": len(result.tree.leaves(terminal_only=True)), "rollouts": len(result.rollouts)}
@@ -243,6 +252,7 @@ def summarize_search(problems: list[dict[str, Any]], settings: SearchSettings, p
                    "branch": settings.branch, "segment_tokens": settings.segment_tokens,
                    "delimiter": settings.delimiter, "leaf_rollouts": settings.leaf_rollouts,
                    "select": settings.select, "prm": settings.prm, "prm_terminal": settings.prm_terminal,
+                   "compare": settings.compare,
                    "prefix_cache_mb": settings.prefix_cache_mb,
                    **settings.strategy_params},
         "temperature": params.temperature, "max_new_tokens": params.max_new_tokens, "seconds": round(seconds, 2),

@@ -34,6 +34,7 @@ so a child's expansion or a rollout prefills only the tokens after the longest p
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
@@ -79,6 +80,7 @@ class SearchSettings:
     select: str = "verifier"  # evaluation: how the answer is chosen (verifier, value, vote; rlvr.eval.search)
     prm: str | None = None  # a `rlvr prm` directory: partial nodes valued by it (`prm_step_value`)
     prm_terminal: bool = False  # evaluation without the verifier: complete responses scored by the PRM too
+    compare: str | None = None  # beam_prm at evaluation: a `rlvr rm` directory, the pairwise preference model
     prefix_cache_mb: float = 256.0  # the engine's cross-call prefix KV cache during one prompt's search; 0: off
 
     def budget(self) -> Budget:
@@ -199,6 +201,62 @@ def load_search_prm(settings: SearchSettings, tokenizer: Any, task: Any, device:
         return ProcessRewardModel.from_path(settings.prm, tokenizer, key="search.prm", device=device)
     except ValueError as err:  # ModelError and the tokenizer check already name search.prm
         raise ConfigError(str(err)) from None
+
+
+class PairwisePreference:
+    """BPP-Search's pairwise preference model from a Bradley-Terry reward model (`rlvr rm`): the probability
+    that candidate a is preferred to b is P(a > b) = sigmoid(r(a) - r(b)), r the model's score of (question,
+    partial response) rendered as `rlvr rm` renders its training pairs. Scores are cached per response, so K
+    candidates cost K forward passes, not K^2. A BT model's preferences are transitive, so its Copeland order
+    is the order of r; a non-transitive pairwise judge would need its own callable."""
+
+    def __init__(self, scorer: Any):
+        self.scorer = scorer  # rlvr.rewards.models.SequenceClassifierReward with normalize=raw
+        self.calls = 0  # responses scored, for tests and logs
+
+    def for_problem(self, question: str, decode: Callable[[list[int]], str]) -> Callable[[Node, Node], float]:
+        """The `compare(a, b)` callback of `beam_prm` for one problem."""
+        cache: dict[tuple[int, ...], float] = {}
+
+        def reward(node: Node) -> float:
+            key = tuple(node.response_ids())
+            if key not in cache:
+                self.calls += 1
+                cache[key] = self.scorer.score_texts([question], [decode(list(key))])[0]
+            return cache[key]
+
+        def compare(a: Node, b: Node) -> float:
+            return 1.0 / (1.0 + math.exp(reward(b) - reward(a)))
+
+        return compare
+
+
+def load_search_compare(settings: SearchSettings, tokenizer: Any, device: str = "auto") -> PairwisePreference | None:
+    """The preference model of `search.compare`, or None; a missing directory, a model that is not a
+    sequence-classification reward model, or another tokenizer than the policy's is a ConfigError naming
+    search.compare."""
+    if settings.compare is None:
+        return None
+    import json
+    from pathlib import Path
+
+    from rlvr.rewards.models import SequenceClassifierReward
+
+    config = Path(settings.compare).expanduser() / "config.json"
+    hint = ("give the final/ directory of a `rlvr rm` run, e.g. rlvr rm recipes/rm_bt.yaml "
+            "data.path=RUN/rollouts.jsonl run.dir=runs/rm-bt, then search.compare=runs/rm-bt/final")
+    if not config.is_file():
+        raise ConfigError(f"search.compare: '{settings.compare}' is not a reward model directory (no config.json "
+                          f"in it); {hint}")
+    arch = json.loads(config.read_text(encoding="utf-8")).get("architectures") or []
+    if not any(str(a).endswith("ForSequenceClassification") for a in arch):
+        raise ConfigError(f"search.compare: '{settings.compare}' holds a {', '.join(arch) or 'model'} checkpoint, "
+                          f"not a Bradley-Terry reward model (a *ForSequenceClassification head); {hint}")
+    scorer = SequenceClassifierReward(path=str(settings.compare), normalize="raw", device=device)
+    if scorer.tokenizer.get_vocab() != tokenizer.get_vocab():
+        raise ConfigError(f"search.compare: the reward model at '{settings.compare}' has another tokenizer than the "
+                          "policy; train it from the policy's checkpoint (`rlvr rm ... model.path=<the policy>`)")
+    return PairwisePreference(scorer)
 
 
 def prm_step_value(prm: Any, task: Any, record: TaskRecord, decode: Callable[[list[int]], str]) -> ProcessReward:

@@ -26,6 +26,9 @@ def preflight(cfg: Config, multi_rank: bool) -> tuple[Any, Any, torch.device]:
     if multi_rank and cfg.distributed.learner_workers:
         raise ConfigError("distributed.learner_workers: the learner ranks are Ray actors, so run this recipe with "
                           "`rlvr train`, not under torchrun (or set learner_workers=0)")
+    if cfg.search is not None and cfg.search.compare is not None:
+        raise ConfigError("search.compare: beam_prm's preference model re-ranks candidates at evaluation (rlvr eval) "
+                          "only; the training sampler does not take it yet; remove search.compare")
     task = build_task(cfg.task.name, cfg.task.params)
     tokenizer = load_tokenizer(cfg.model.tokenizer_path or cfg.model.path,
                                trust_remote_code=cfg.model.trust_remote_code,
