@@ -169,3 +169,32 @@ def split_by_prompt(examples: list[Any], fraction: float, seed: int) -> tuple[li
         k = min(max(k, 1), len(ids) - 1)
     held = set(ids[:k])
     return [e for e in examples if e.prompt_id not in held], [e for e in examples if e.prompt_id in held]
+
+
+def rows_within(rows: list[dict[str, Any]], max_length: int) -> tuple[list[tuple[dict[str, Any], list[int]]], int]:
+    """Labelled solution rows (labels.jsonl: `prompt_ids`, `response_ids`) whose prompt + response fits in
+    `max_length` tokens, each with those ids joined; and how many rows were longer."""
+    kept, skipped = [], 0
+    for row in rows:
+        ids = list(row["prompt_ids"]) + list(row["response_ids"])
+        if len(ids) > max_length:
+            skipped += 1
+        else:
+            kept.append((row, ids))
+    return kept, skipped
+
+
+def best_of_n(scored: list[tuple[str, float, bool]]) -> dict[str, float]:
+    """Best-of-n by a reward model's scores over (prompt id, score, correct) triples, on the prompts with at
+    least two solutions: the share where the top-scored solution is correct (`best_of_n`), against a random
+    pick (`random_of_n`) and an oracle (`oracle_of_n`); {} when no prompt has two."""
+    by_prompt: dict[str, list[tuple[float, bool]]] = {}
+    for prompt_id, score, correct in scored:
+        by_prompt.setdefault(prompt_id, []).append((score, correct))
+    groups = [g for g in by_prompt.values() if len(g) >= 2]
+    if not groups:
+        return {}
+    return {"best_of_n": sum(max(g, key=lambda x: x[0])[1] for g in groups) / len(groups),
+            "random_of_n": sum(sum(c for _, c in g) / len(g) for g in groups) / len(groups),
+            "oracle_of_n": sum(any(c for _, c in g) for g in groups) / len(groups),
+            "prompts": float(len(groups))}

@@ -27,7 +27,7 @@ from rlvr.config import PRMConfig
 from rlvr.errors import ConfigError
 from rlvr.models import check_vocab, resolve_dtype
 from rlvr.models.reward_head import load_step_reward_model, token_logits
-from rlvr.rm.data import split_by_prompt
+from rlvr.rm.data import best_of_n, rows_within, split_by_prompt
 from rlvr.rm.fit import fit_reward_model
 from rlvr.runtime import console, seed_everything
 from rlvr.trainer.checkpoint import save_hf_dir
@@ -45,15 +45,9 @@ class OutcomeExample:
 
 def outcome_examples(rows: list[dict[str, Any]], max_length: int) -> tuple[list[OutcomeExample], int]:
     """Sampled solutions (labels.jsonl rows) with a non-empty response; (examples, how many were too long)."""
-    out, skipped = [], 0
-    for row in rows:
-        ids = list(row["prompt_ids"]) + list(row["response_ids"])
-        if len(ids) > max_length:
-            skipped += 1
-            continue
-        if row["response_ids"]:
-            out.append(OutcomeExample(str(row["id"]), ids, len(row["prompt_ids"]), bool(row["correct"])))
-    return out, skipped
+    kept, skipped = rows_within(rows, max_length)
+    return [OutcomeExample(str(row["id"]), ids, len(row["prompt_ids"]), bool(row["correct"]))
+            for row, ids in kept if row["response_ids"]], skipped
 
 
 def sequence_logit(token_scores: torch.Tensor) -> torch.Tensor:
@@ -103,15 +97,7 @@ def evaluate_token_rm(model: Any, examples: list[OutcomeExample], pad_id: int, d
         out["weight_pos"] = float(torch.cat(pos).mean())
     if neg:
         out["weight_neg"] = float(torch.cat(neg).mean())
-    by_prompt: dict[str, list[tuple[float, bool]]] = {}
-    for e, pe in zip(examples, p.tolist()):
-        by_prompt.setdefault(e.prompt_id, []).append((pe, e.correct))
-    groups = [g for g in by_prompt.values() if len(g) >= 2]
-    if groups:
-        out["best_of_n"] = sum(max(g, key=lambda x: x[0])[1] for g in groups) / len(groups)
-        out["random_of_n"] = sum(sum(c for _, c in g) / len(g) for g in groups) / len(groups)
-        out["oracle_of_n"] = sum(any(c for _, c in g) for g in groups) / len(groups)
-        out["prompts"] = float(len(groups))
+    out.update(best_of_n([(e.prompt_id, pe, e.correct) for e, pe in zip(examples, p.tolist())]))
     return out
 
 

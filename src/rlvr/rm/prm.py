@@ -34,7 +34,7 @@ from rlvr.config import PRMConfig
 from rlvr.errors import ConfigError
 from rlvr.models import ModelError, check_vocab, load_causal_lm, load_tokenizer, resolve_device, resolve_dtype
 from rlvr.models.reward_head import load_step_reward_model, token_logits
-from rlvr.rm.data import split_by_prompt
+from rlvr.rm.data import best_of_n, rows_within, split_by_prompt
 from rlvr.rm.fit import fit_reward_model
 from rlvr.rm.prm_label import entropy_regularized_value, label_solutions, read_labels, write_labels
 from rlvr.rollout import SamplingParams, build_engine
@@ -74,16 +74,9 @@ def prm_step_loss(scores: torch.Tensor, targets: torch.Tensor, kind: str = "bce"
 
 def examples_from_rows(rows: list[dict[str, Any]], max_length: int) -> tuple[list[StepExample], int]:
     """Labelled solutions as training examples; (examples, how many were longer than max_length)."""
-    out, skipped = [], 0
-    for row in rows:
-        ids = list(row["prompt_ids"]) + list(row["response_ids"])
-        if len(ids) > max_length:
-            skipped += 1
-            continue
-        offset = len(row["prompt_ids"])
-        out.append(StepExample(str(row["id"]), ids, [offset + int(s["token"]) for s in row["steps"]],
-                               [float(s["value"]) for s in row["steps"]], bool(row["correct"])))
-    return out, skipped
+    kept, skipped = rows_within(rows, max_length)
+    return [StepExample(str(row["id"]), ids, [len(row["prompt_ids"]) + int(s["token"]) for s in row["steps"]],
+                        [float(s["value"]) for s in row["steps"]], bool(row["correct"])) for row, ids in kept], skipped
 
 
 @torch.no_grad()
@@ -126,15 +119,7 @@ def evaluate_prm(model: Any, examples: list[StepExample], pad_id: int, device: t
     if v.numel():
         out["step_accuracy"] = float(((p > threshold) == (v > threshold)).float().mean())
         out["step_mse"] = float(((p - v) ** 2).mean())
-    by_prompt: dict[str, list[tuple[float, bool]]] = {}
-    for e, pr in zip(examples, probs):
-        by_prompt.setdefault(e.prompt_id, []).append((aggregate_steps(pr, aggregate), e.correct))
-    groups = [g for g in by_prompt.values() if len(g) >= 2]
-    if groups:
-        out["best_of_n"] = sum(max(g, key=lambda x: x[0])[1] for g in groups) / len(groups)
-        out["random_of_n"] = sum(sum(c for _, c in g) / len(g) for g in groups) / len(groups)
-        out["oracle_of_n"] = sum(any(c for _, c in g) for g in groups) / len(groups)
-        out["prompts"] = float(len(groups))
+    out.update(best_of_n([(e.prompt_id, aggregate_steps(pr, aggregate), e.correct) for e, pr in zip(examples, probs)]))
     return out
 
 
