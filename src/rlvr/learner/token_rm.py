@@ -33,5 +33,5 @@ class TokenRewardModel:
         return out * batch.mask.cpu().float()
 
     def close(self) -> None:
-        pass
+        """Nothing to release: the model lives in the learner's process and goes with it."""
 
