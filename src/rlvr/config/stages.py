@@ -166,6 +166,10 @@ def load_stages(path: str | Path, overrides: list[str] | None = None,
     names = [n for n, _ in specs]
     shared, per_stage = _split_overrides(list(overrides or []), names)
 
+    # a command-line model.path is where the first stage starts (a stage's own model.path still wins); every
+    # other override wins over the stages' keys
+    start = [o for o in shared if parse_override(o)[0] == ["model", "path"]]
+    rest = [o for o in shared if o not in start]
     top = apply_overrides(copy.deepcopy(data), list(shared), Config)  # the run section every stage shares
     run = top.get("run") if isinstance(top.get("run"), dict) else {}
     name = run.get("name") or Path(path).stem
@@ -178,8 +182,9 @@ def load_stages(path: str | Path, overrides: list[str] | None = None,
         keys = [".".join(p) for p, _, _ in own]
         found: list[str] = []
         cfg_data = copy.deepcopy(data)
+        apply_overrides(cfg_data, list(start), Config, found)  # model.path: the top level's, under the stage's
         apply_overrides(cfg_data, list(assignments), Config, found)
-        apply_overrides(cfg_data, list(shared), Config, found)
+        apply_overrides(cfg_data, list(rest), Config, found)
         apply_overrides(cfg_data, list(per_stage.get(i, [])), Config, found)
         chained = i > 0 and "model.path" not in keys and "model" not in keys
         driver: list[str | Assignment] = [(["run", "dir"], str(stage_dir(run_dir, i, stage_name)), "run.dir")]
