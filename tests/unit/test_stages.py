@@ -171,3 +171,34 @@ def test_two_stages_run_chain_and_a_rerun_skips_the_finished_stage(tmp_path):
     start, end = _weights(a / "final"), _weights(b / "final")
     assert max((start[k] - builtin[k]).abs().max().item() for k in start) > 1e-4  # stage a learned
     assert max((end[k] - start[k]).abs().max().item() for k in start) < 1e-9  # b started from a's final/
+
+
+def test_a_failed_stage_is_recorded_and_a_rerun_with_other_stages_is_refused(tmp_path, monkeypatch):
+    import rlvr.trainer.stages as driver
+
+    def fake_train(cfg, resume, stop_after):  # stage a finishes, stage b fails after writing its config
+        run_dir = Path(cfg.run.dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text("")
+        if cfg.run.name.endswith("-b"):
+            raise RuntimeError("out of memory")
+        (run_dir / "final").mkdir()
+        (run_dir / "final/config.json").write_text("{}")
+        return run_dir
+
+    monkeypatch.setattr(driver, "train", fake_train)
+    recipe = _recipe(tmp_path, [{"name": "a"}, {"name": "b"}], run={"dir": str(tmp_path / "run")})
+    with pytest.raises(RuntimeError, match="out of memory"):
+        driver.run_stages(load_stages(recipe))
+    stages = json.loads((tmp_path / "run/stages.json").read_text())["stages"]
+    assert [s["status"] for s in stages] == ["done", "failed"]
+    assert stages[1]["error"] == "RuntimeError: out of memory"
+    calls = []
+    monkeypatch.setattr(driver, "train", lambda cfg, resume, stop_after: calls.append((cfg.run.name, resume)))
+    other = tmp_path / "other"
+    other.mkdir()
+    renamed = load_stages(_recipe(other, [{"name": "a"}, {"name": "c"}], run={"dir": str(tmp_path / "run")}))
+    with pytest.raises(ConfigError, match=r"holds a staged run with stages \['a', 'b'\], this recipe has \['a', 'c'\]"):
+        driver.run_stages(renamed)
+    driver.run_stages(load_stages(recipe))  # the same recipe again: a skipped, b resumed (its config.yaml exists)
+    assert calls == [("staged-b", True)]

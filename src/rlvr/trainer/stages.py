@@ -23,6 +23,7 @@ from rlvr.parallel import data_parallel as dp
 from rlvr.runtime import console
 from rlvr.trainer.evaluation import eval_summary, saved_eval
 from rlvr.trainer.loop import train
+from rlvr.trainer.stopping import TrainingInterrupted
 
 SUMMARY = "stages.json"
 
@@ -111,8 +112,10 @@ def run_stages(staged: StagedRun, stop_after: int | None = None) -> Path:
         try:
             train(stage.cfg, resume=resume, stop_after=stop_after)
         except BaseException as err:  # interrupted or failed: say so in stages.json; a rerun continues it
-            summary.set(stage, "interrupted" if isinstance(err, KeyboardInterrupt) or
-                        type(err).__name__ == "TrainingInterrupted" else "failed", f"{type(err).__name__}: {err}")
+            interrupted = isinstance(err, (KeyboardInterrupt, TrainingInterrupted))
+            summary.set(stage, "interrupted" if interrupted else "failed", f"{type(err).__name__}: {err}")
+            console.print(escape(f"{stage.label} {'interrupted' if interrupted else 'failed'}; to continue it and "
+                                 "the stages after it, rerun the same command"), style="yellow")
             raise
         if not stage_finished(stage):  # stopped early on request (stop_after): a checkpoint to resume from
             summary.set(stage, "stopped")
