@@ -379,7 +379,8 @@ def config_show(
     rm: Annotated[bool, typer.Option("--rm", help="Read it as a reward-model (rlvr rm) config.")] = False,
     prm: Annotated[bool, typer.Option("--prm", help="Read it as a process-reward-model (rlvr prm) config.")] = False,
 ) -> None:
-    """Print the fully resolved config (every default filled in) as YAML."""
+    """Print the fully resolved config (every default filled in) as YAML; a multi-stage recipe: one document per
+    stage."""
     from rlvr.config import Config, PRMConfig, RMConfig, SFTConfig, dump_config, load_config, read_yaml
     from rlvr.config.stages import has_stages, load_stages
 
