@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlvr.config.loading import read_yaml, validate
+from rlvr.config.loading import info, read_yaml, validate
 from rlvr.config.overrides import Assignment, apply_overrides, parse_override
 from rlvr.config.schema import Config
 from rlvr.errors import ConfigError
@@ -157,7 +157,8 @@ def _stage_problems(err: ConfigError, stage: int, name: str, keys: list[str]) ->
 def load_stages(path: str | Path, overrides: list[str] | None = None,
                 notes: list[str] | None = None) -> StagedRun:
     """Read a multi-stage recipe and validate every stage (both passes) before anything runs. Raises ConfigError
-    naming `stages[i].<key>` for a problem in a stage's own keys."""
+    naming `stages[i].<key>` for a problem in a stage's own keys. Info lines (parameters dropped by a component
+    switch) go to `notes` if given, else to stderr."""
     source = str(path)
     data = read_yaml(path)
     if not has_stages(data):
@@ -194,8 +195,11 @@ def load_stages(path: str | Path, overrides: list[str] | None = None,
             driver.append((["model", "path"], str(stage_dir(run_dir, i - 1, specs[i - 1][0]) / "final"),
                            f"stages[{i}].model.path"))
         apply_overrides(cfg_data, driver, Config)
-        if notes is not None:
-            notes.extend(f"stages[{i}]: {line}" for line in found)
+        for line in (f"stages[{i}]: {line}" for line in found):  # a component switched: what was dropped
+            if notes is not None:
+                notes.append(line)
+            else:
+                info(line)
         try:
             stages.append(Stage(i, stage_name, validate(Config, cfg_data), keys, chained))
         except ConfigError as err:  # every stage is checked, so one run of the command lists every problem
