@@ -408,6 +408,28 @@ def test_gkd_sampler_follows_the_lambda_coin() -> None:
         SAMPLERS.build("gkd", {"lmbda": 2.0}, where="sampling", prompts=prompts, seed=0)
 
 
+def test_gkd_sampler_with_teacher_outputs_samples_the_teacher_on_off_policy_steps() -> None:
+    prompts = TASKS.build("addition", {"digits": [2, 2]}).train
+    sampler = SAMPLERS.build("gkd", {"lmbda": 0.0, "off_policy": "teacher"}, prompts=prompts, seed=3)
+    calls: list = []
+    teacher_calls: list = []
+
+    def teacher_rollout(records, n):
+        teacher_calls.append((len(records), n))
+        return [Group(r, [1], [Sample(prompt_ids=[1], response_ids=[2, 3, 4], logprobs=[-0.5] * 3)
+                               for _ in range(n)]) for r in records]
+
+    ctx = _sampler_ctx(1, calls)
+    ctx.extras["teacher_rollout"] = teacher_rollout
+    groups, metrics = sampler.next_batch(ctx)
+    assert calls == [] and teacher_calls == [(3, 2)]  # the student's engine samples nothing
+    assert metrics["student_samples"] == 0.0 and metrics["teacher_tokens"] == 3 * 2 * 3
+    for sample in (s for g in groups for s in g.samples):  # off-policy like a dataset response
+        assert sample.meta["off_policy"] and sample.meta["teacher_sample"] and sample.logprobs == [0.0] * 3
+    with pytest.raises(ValueError, match="teacher generator"):  # no teacher placed for this step
+        sampler.next_batch(_sampler_ctx(2, []))
+
+
 # -- re-distillation's data: a run's rollouts -----------------------------------------------------------------
 
 
