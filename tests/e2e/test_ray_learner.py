@@ -169,7 +169,8 @@ def _gkd_groups():
 
 # fp32: the ranks sum their gradients (and the controller their token-weighted metrics) in another order than one
 # process does. A sum of 27 positive per-token terms (the JSD, the entropy) summed in another order moves by at
-# most 26 roundings of 2^-24 relative; the gradient norm (whose elements may cancel) stays within it here.
+# most 26 roundings of 2^-24 relative. The gradient's elements may cancel, so its norm has no such relative bound;
+# it gets the tolerance of the other learner-rank tests (1e-4, far above fp32 rounding of a few hundred terms).
 GKD_REL = 27 * 2.0**-24  # 1.6e-6
 
 
@@ -183,8 +184,9 @@ def test_gkd_on_two_learner_ranks_makes_the_single_process_update(ray_runtime, t
         got = group.learn(_gkd_groups())
         assert got["train_tokens"] == expected["train_tokens"] == 45  # prompt and response tokens
         assert expected["gkd_jsd"] > 0
-        for key in ("grad_norm", "gkd_jsd", "pg_loss", "entropy"):
+        for key in ("gkd_jsd", "pg_loss", "entropy"):
             assert got[key] == pytest.approx(expected[key], rel=GKD_REL), key
+        assert got["grad_norm"] == pytest.approx(expected["grad_norm"], rel=1e-4, abs=1e-6)
         whole = load_causal_lm(tiny_model_dir)
         group.pull_weights(whole)
         for k, v in local.model.state_dict().items():  # one AdamW step of lr 1e-2 from the same gradient
