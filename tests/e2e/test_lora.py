@@ -59,7 +59,6 @@ def test_lora_resume_is_bit_exact(tmp_path):
 
 
 @pytest.mark.parametrize("override, message", [
-    ("distributed.backend=ray", "Ray rollout workers receive full weights"),
     ("algorithm.reference_reset_every=5", "reference reset"),
     ("model.lora={r: 0}", "model.lora.r"),
 ])

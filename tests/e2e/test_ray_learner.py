@@ -1,7 +1,9 @@
 """The learner as a Ray actor group (distributed.learner_workers) on CPU: its update equals the single-process
 update, a rank dealt no group keeps in step, a recipe trains with Ray rollout workers plus Ray learner ranks,
 a dead learner rank stops the run cleanly with a checkpoint to resume from, and GKD (each rank loads its own
-teacher) makes the single-process update."""
+teacher) makes the single-process update. With LoRA (model.lora) the ranks train the adapters and make the
+single-process LoRA update, the controller pulls only the adapters, and rollout workers receive the merged
+weights, so they sample from exactly the weights the ranks train."""
 
 from __future__ import annotations
 
@@ -18,7 +20,9 @@ from rlvr.distributed.ray_learner import RayLearnerGroup, combine_stats, deal_gr
 from rlvr.learner import learn_on  # noqa: E402
 from rlvr.learner.learner import Learner  # noqa: E402
 from rlvr.models import load_causal_lm  # noqa: E402
+from rlvr.models.lora import adapt_policy, lora_state, plain_state_dict  # noqa: E402
 from rlvr.tracking import read_metrics  # noqa: E402
+from rlvr.trainer.checkpoint import load_trainer_state  # noqa: E402
 from rlvr.trainer.loop import TrainingError, train  # noqa: E402
 from tests.conftest import make_tiny_model  # noqa: E402
 
@@ -27,6 +31,7 @@ GRPO = ROOT / "recipes" / "grpo.yaml"
 RAY = ["eval.before=false", "eval.after=false", "logging.progress=false", "distributed.backend=ray",
        "distributed.num_cpus=2", "distributed.rollout_workers=2", "distributed.cpus_per_rollout_worker=0.5",
        "distributed.learner_workers=2", "distributed.cpus_per_learner_worker=0.5"]
+LORA = {"r": 4, "alpha": 8}
 
 
 @pytest.fixture(scope="module")
@@ -193,3 +198,79 @@ def test_gkd_on_two_learner_ranks_makes_the_single_process_update(ray_runtime, t
             assert torch.allclose(whole.state_dict()[k], v, atol=1e-5), k
     finally:
         group.close()
+
+
+@pytest.mark.slow
+def test_lora_learner_ranks_make_the_single_process_update(ray_runtime, tiny_model_dir):
+    cfg = Config.model_validate({
+        "model": {"path": str(tiny_model_dir), "lora": LORA},
+        "train": {"steps": 5, "micro_batch_size": 2, "mini_batches": 1},
+        "optim": {"lr": 1e-2, "grad_clip": 0.5}, "rollout": {"n": 2},
+        "distributed": {"backend": "ray", "learner_workers": 2, "cpus_per_learner_worker": 0.5},
+    })
+    torch.manual_seed(7)  # adapters A drawn here; the ranks get the same ones through load_state_dict below
+    local = Learner(adapt_policy(load_causal_lm(tiny_model_dir), cfg.model.lora, freeze_projector=True), cfg, None)
+    group = RayLearnerGroup(cfg, str(tiny_model_dir), pad_id=0)
+    try:
+        group.load_state_dict({**local.state_dict(), "lora": lora_state(local.model)})  # the resume path
+        for _ in range(2):  # B starts at zero, so A gets its first gradient in the second update
+            groups_local = random_groups(3, seed=3, length=lambda g, i: 2 + 3 * i + g)
+            groups_remote = random_groups(3, seed=3, length=lambda g, i: 2 + 3 * i + g)
+            expected = learn_on(local, groups_local, pad_id=0)
+            got = group.learn(groups_remote)
+            assert got["train_tokens"] == expected["train_tokens"]
+            # fp32, two ranks' gradients all-reduced against one process's sum over a few hundred tokens
+            for key in ("grad_norm", "pg_loss", "entropy"):
+                assert got[key] == pytest.approx(expected[key], rel=1e-4, abs=1e-6), key
+        controller = adapt_policy(load_causal_lm(tiny_model_dir), cfg.model.lora, freeze_projector=True)
+        group.pull_weights(controller)  # the adapters only, into a LoRA-wrapped copy
+        trained = lora_state(local.model)
+        pulled = lora_state(controller)
+        assert set(pulled) == set(trained) and all("lora_" in k for k in pulled)
+        assert max(float((trained[k] - pulled[k]).abs().max()) for k in trained) < 1e-5
+        moved = max(float(v.abs().max()) for k, v in pulled.items() if "lora_B" in k)
+        assert moved > 1e-3  # B left zero: the updates did something
+        state = group.state_dict()
+        assert state["updates"] == 2 and set(state["lora"]) == set(trained)
+    finally:
+        group.close()
+
+
+def test_plain_state_dict_is_what_a_plain_model_computes(tiny_model_dir):
+    spec = Config.model_validate({"model": {"lora": LORA}}).model.lora
+    torch.manual_seed(0)
+    adapted = adapt_policy(load_causal_lm(tiny_model_dir), spec, freeze_projector=True)
+    with torch.no_grad():  # non-zero B, so merging matters
+        for name, p in adapted.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.1)
+    plain = load_causal_lm(tiny_model_dir, trainable=False)
+    plain.load_state_dict(plain_state_dict(adapted))  # the keys a rollout worker's plain model has
+    ids = torch.tensor([[5, 9, 17, 3, 11, 2]])
+    with torch.no_grad():
+        a, b = adapted(input_ids=ids).logits, plain(input_ids=ids).logits
+    assert not torch.equal(b, load_causal_lm(tiny_model_dir, trainable=False)(input_ids=ids).logits)
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)  # (W + s B A) x against W x + s B (A x), fp32
+
+
+@pytest.mark.slow
+def test_lora_with_ray_rollout_workers_and_learner_ranks(ray_runtime, tmp_path):
+    # (resuming restores the ranks' adapters through RayLearnerGroup.load_state_dict, checked above)
+    keys = ["eval.before=false", "eval.after=false", "logging.progress=false", "distributed.backend=ray",
+            "distributed.num_cpus=2", "distributed.rollout_workers=1", "distributed.cpus_per_rollout_worker=0.5",
+            "distributed.learner_workers=2", "distributed.cpus_per_learner_worker=0.5",
+            "model.lora={r: 8, alpha: 16}", "train.steps=3", "train.prompts_per_step=4", "rollout.n=4",
+            "rollout.max_new_tokens=32", "train.mini_batches=1", "optim.lr=2e-3", "checkpoint.every=3"]
+    run = train(load_config(GRPO, [f"run.dir={tmp_path / 'run'}", *keys]))
+    metrics = read_metrics(run)
+    assert [m["step"] for m in metrics] == [1, 2, 3]
+    # every step's samples came from the merged weights of exactly the adapters the learner ranks trained: a
+    # stale or unmerged worker would show a log-ratio once the adapters move (B != 0 after step 1)
+    assert all(m["approx_kl_old"] < 1e-6 for m in metrics)
+    state = load_trainer_state(run / "checkpoints" / "step_000003")
+    assert state["lora"] and set(state["learner"]["lora"]) == set(state["lora"])
+    assert all(torch.equal(state["lora"][k], state["learner"]["lora"][k]) for k in state["lora"])
+    assert any(float(v.abs().max()) > 0 for k, v in state["lora"].items() if "lora_B" in k)
+    base = load_causal_lm("builtin", trainable=False).state_dict()
+    final = load_causal_lm(run / "final", trainable=False).state_dict()
+    assert any(not torch.equal(v, base[k]) for k, v in final.items())  # merged adapters, plain transformers

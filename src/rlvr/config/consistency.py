@@ -87,9 +87,6 @@ def combination_problems(cfg: Config) -> list[str]:
             if bad:
                 problems.append(f"distributed.learner: fsdp2 does not support {why}; use distributed.learner=ddp")
     if cfg.model.lora is not None:
-        if d.backend == "ray":
-            problems.append("model.lora: Ray rollout workers receive full weights, not adapters; use "
-                            "distributed.backend=local with LoRA")
         if cfg.algorithm.reference_reset_every:
             problems.append("model.lora: the reference reset (ProRL) copies full policy weights; unset "
                             "algorithm.reference_reset_every or train without LoRA")

@@ -26,6 +26,7 @@ import torch
 
 from rlvr import faults
 from rlvr.errors import ConfigError
+from rlvr.models.lora import plain_state_dict
 from rlvr.rollout.base import RolloutEngine, SamplingParams
 from rlvr.types import Sample
 
@@ -219,17 +220,17 @@ class RayEngine(RolloutEngine):
             with contextlib.suppress(Exception):
                 self.ray.get(w.leave_weight_group.remote(), timeout=10)
         if self._source is not None:
-            self._weights = self.ray.put(cpu_state(self._source.state_dict()))
+            self._weights = self.ray.put(cpu_state(plain_state_dict(self._source)))
 
     def sync_weights(self, model: Any, version: int) -> None:
         """Versioned broadcast: put the state dict in the object store once and every worker loads it, or
         (weight_sync: broadcast) send it over the workers' process group."""
         self.policy_version = version
         self._source = model
+        state = plain_state_dict(model)  # a LoRA-wrapped policy's merged weights: the workers hold plain models
         if self._group is not None:
             from rlvr.distributed.weight_broadcast import layout_of, send
 
-            state = model.state_dict()
             refs = [w.receive_weights.remote(layout_of(state), version) for w in self.workers]
             try:
                 send(self._group[1], state, self._group_device)
@@ -241,7 +242,7 @@ class RayEngine(RolloutEngine):
                     if _dead(self.ray, w):
                         self.restarts += 1
                         self.workers[i] = self._spawn()
-        self._weights = self.ray.put(cpu_state(model.state_dict()))
+        self._weights = self.ray.put(cpu_state(state))
         self.ray.get([w.set_weights.remote(self._weights, version) for w in self.workers])
 
     # -- generation ----------------------------------------------------------------------------------------

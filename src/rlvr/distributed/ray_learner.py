@@ -28,6 +28,7 @@ from rlvr import faults
 from rlvr.distributed.ray_engine import connect_ray, cpu_state, free_port, kill_actor
 from rlvr.distributed.ray_groups import start_actor
 from rlvr.errors import RoleLost
+from rlvr.models.lora import is_lora, load_lora_state, lora_state
 from rlvr.types import Group
 
 log = logging.getLogger("rlvr.distributed")
@@ -69,6 +70,7 @@ class LearnerWorker:
 
         from rlvr.learner import Learner, build_critic, needs_reference, needs_teacher
         from rlvr.models import load_causal_lm, resolve_device, resolve_dtype
+        from rlvr.models.lora import adapt_policy
         from rlvr.models.vision import load_lm_or_vlm
         from rlvr.runtime import seed_everything
 
@@ -81,12 +83,15 @@ class LearnerWorker:
                                 rank=self.rank, world_size=self.world_size)
         seed_everything(cfg.run.seed)
         dtype = resolve_dtype(cfg.model.dtype, device)
-        # a vision-language checkpoint (its vision tower and projector frozen as `model.freeze_*` say) or an LM
-        policy = load_lm_or_vlm(self.model_path, dtype=dtype, device=device,
+        # a vision-language checkpoint (its vision tower and projector frozen as `model.freeze_*` say) or an LM;
+        # with LoRA the base model.path gets fresh adapters (a resumed run restores them with load_state_dict)
+        policy = load_lm_or_vlm(cfg.model.path if cfg.model.lora else self.model_path, dtype=dtype, device=device,
                                 trust_remote_code=cfg.model.trust_remote_code,
                                 gradient_checkpointing=cfg.model.gradient_checkpointing,
                                 freeze_vision_tower=cfg.model.freeze_vision_tower,
                                 freeze_projector=cfg.model.freeze_projector)
+        if cfg.model.lora is not None:
+            policy = adapt_policy(policy, cfg.model.lora, freeze_projector=cfg.model.freeze_projector)
         reference = None
         if needs_reference(cfg):
             reference = load_lm_or_vlm(cfg.model.reference_path or cfg.model.path, dtype=dtype, device=device,
@@ -107,13 +112,24 @@ class LearnerWorker:
         return stats, [s.advantage for g in groups for s in g.samples]
 
     def weights(self) -> dict[str, torch.Tensor]:
+        """What changed in an update: the adapters (and fully trained modules) with LoRA, else every weight."""
+        if is_lora(self.learner.model):
+            return lora_state(self.learner.model)
         return cpu_state(self.learner.model.state_dict())
 
     def state_dict(self) -> dict[str, Any]:
-        return _to_cpu(self.learner.state_dict())
+        state = _to_cpu(self.learner.state_dict())
+        if is_lora(self.learner.model):  # the ranks rebuild base + adapters on resume, so the adapters go along
+            state["lora"] = lora_state(self.learner.model)
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.learner.load_state_dict(state)
+        if is_lora(self.learner.model):
+            if "lora" not in state:
+                raise ValueError("the checkpoint's learner state holds no LoRA adapters (it was written without "
+                                 "model.lora); resume it with the config it was written with")
+            load_lora_state(self.learner.model, state["lora"])
+        self.learner.load_state_dict({k: v for k, v in state.items() if k != "lora"})
 
     def reset_reference(self) -> None:
         self.learner.reset_reference()
@@ -225,7 +241,10 @@ class RayLearnerGroup:
     def pull_weights(self, model: torch.nn.Module) -> None:
         """Load rank 0's weights into the controller's copy of the policy."""
         state = self._gather([self.actors[0].weights.remote()], "sending weights")[0]
-        model.load_state_dict(state)
+        if is_lora(model):  # the adapters only; the controller's copy has the same base
+            load_lora_state(model, state)
+        else:
+            model.load_state_dict(state)
 
     def state_dict(self) -> dict[str, Any]:
         return self._gather([self.actors[0].state_dict.remote()], "saving its state")[0]

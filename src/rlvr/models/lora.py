@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from rlvr.models.vision import PROJECTOR_MODULE
+
 
 def apply_lora(model: Any, spec: Any, *, train_modules: Sequence[str] = ()) -> Any:
     """Wrap `model` with LoRA adapters per `spec` (r, alpha, dropout, target_modules); only they (and the modules
@@ -100,6 +102,20 @@ def load_lora_state(model: Any, state: dict[str, torch.Tensor]) -> None:
     unexpected = getattr(result, "unexpected_keys", [])
     if unexpected:
         raise ValueError(f"checkpoint adapter weights do not fit the model: unexpected {unexpected[:3]}")
+
+
+def adapt_policy(model: Any, spec: Any, *, freeze_projector: bool) -> Any:
+    """`apply_lora` as a run applies it: on a vision-language model the projector trains in full beside the
+    adapters unless `model.freeze_projector` (the vision tower is frozen: LoRA never adapts it)."""
+    train_modules = [PROJECTOR_MODULE] if is_vision_language(model) and not freeze_projector else []
+    return apply_lora(model, spec, train_modules=train_modules)
+
+
+def plain_state_dict(model: Any) -> dict[str, torch.Tensor]:
+    """The weights a plain transformers copy of `model` loads: its own state dict, or for a LoRA-wrapped model
+    the merged weights (base + B A scaled, trained `modules_to_save` copies in place) under the base names. A
+    rollout worker holding the plain model takes these."""
+    return exportable(model).state_dict()
 
 
 def exportable(model: Any) -> Any:

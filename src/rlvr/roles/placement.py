@@ -41,9 +41,9 @@ from rlvr.learner.reward_model import RewardModelLearner
 from rlvr.learner.spark import SparkTrainable
 from rlvr.learner.token_rm import TokenRewardModel
 from rlvr.models import check_vocab, load_causal_lm, resolve_dtype
-from rlvr.models.lora import apply_lora, lora_summary
+from rlvr.models.lora import adapt_policy, lora_summary
 from rlvr.models.reward_head import load_reward_model, load_step_reward_model
-from rlvr.models.vision import PROJECTOR_MODULE, is_vision_checkpoint, load_vlm_for_training
+from rlvr.models.vision import is_vision_checkpoint, load_vlm_for_training
 from rlvr.parallel import data_parallel as dp
 from rlvr.rewards import RewardContext, RewardFunction
 from rlvr.roles.protocols import Generator, LogProbModel, Trainable
@@ -224,18 +224,15 @@ def load_policy(cfg: Config, tokenizer: Any, device: torch.device, dtype: torch.
     """The policy's weights: the checkpoint's, or `model.path`'s with LoRA adapters (restored by the caller)."""
     lora = cfg.model.lora
     path = checkpoint if checkpoint is not None and lora is None else cfg.model.path
-    train_modules: list[str] = []
     if is_vision_checkpoint(path):  # a vision-language checkpoint (e.g. builtin-vl): the vision tower comes along
         policy = load_vlm_for_training(path, dtype=dtype, device=device, trust_remote_code=cfg.model.trust_remote_code,
                                        freeze_vision_tower=cfg.model.freeze_vision_tower,
                                        freeze_projector=cfg.model.freeze_projector)
-        # with LoRA (language layers only), a projector that is not frozen trains in full beside the adapters
-        train_modules = [] if cfg.model.freeze_projector else [PROJECTOR_MODULE]
     else:
         policy = load_causal_lm(path, dtype=dtype, device=device, trust_remote_code=cfg.model.trust_remote_code,
                                 gradient_checkpointing=cfg.model.gradient_checkpointing)
-    if lora is not None:
-        policy = apply_lora(policy, lora, train_modules=train_modules)
+    if lora is not None:  # language layers only; a VLM's projector trains in full unless model.freeze_projector
+        policy = adapt_policy(policy, lora, freeze_projector=cfg.model.freeze_projector)
         summary = lora_summary(policy, lora)
         log.info("%s", summary)
         if dp.is_main():
