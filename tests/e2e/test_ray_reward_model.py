@@ -1,7 +1,8 @@
 """co_evolve's reward model on a Ray actor (distributed.reward_model_worker).
 
-In the suite (one actor, ~35 s on a loaded 2-core machine): the actor learns, scores and checkpoints exactly as
-the reward model in the controller does, restoring its checkpoint reproduces the uninterrupted refreshes, and a
+In the suite (one actor, 30-45 s with Ray's start on a loaded 2-core machine): the actor learns, scores and checkpoints exactly as
+the reward model in the controller does, restoring its checkpoint (in the actor or in the controller) reproduces the
+uninterrupted refreshes, and a
 dead actor raises `RewardLearnerLost` naming the role.
 
 Opt-in (RLVR_LONG_RAY_TESTS=1; five actor start-ups, ~130 s): whole co_evolve runs, the reward model in the
@@ -88,6 +89,10 @@ def test_reward_model_actor_matches_the_controller_and_restores_its_checkpoint(r
         buffer.seek(0)
         remote.load_state_dict(torch.load(buffer))  # resume: weights, AdamW moments, refresh counter
         assert remote.learn(_pairs(tok, 1)) == expected[1] and remote.score(rows) == scores[1]
+        buffer.seek(0)  # the checkpoint does not record the placement: the controller can resume it too
+        moved = build_reward_learner(cfg, int(tok.pad_token_id), torch.device("cpu"), torch.float32)
+        moved.load_state_dict(torch.load(buffer))
+        assert moved.learn(_pairs(tok, 1)) == expected[1] and moved.score(rows) == scores[1]
         monkeypatch.setenv("RLVR_FAULTS", "kill:reward_model:5")  # the 5th refresh: the actor dies
         with pytest.raises(RewardLearnerLost, match=r"reward model worker \(co_evolve's reward model.*died while "
                            r"learning.*since the last checkpoint are lost") as err:
