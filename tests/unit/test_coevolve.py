@@ -129,7 +129,6 @@ def test_learned_rm_reward_is_the_sigmoid_of_the_live_score():
 @pytest.mark.parametrize("overrides, message", [
     (["rewards=[{name: correctness}, {name: learned_rm}]"], "set coevolve.mode=co_evolve"),
     (["coevolve.mode=spark", "rewards=[{name: format}]"], "add {name: correctness, weight: 0}"),
-    (["coevolve.mode=co_evolve", "distributed.backend=ray", "distributed.mode=async"], "set distributed.mode=sync"),
     (["coevolve.mode=spark", "distributed.backend=ray", "distributed.learner_workers=2"],
      "set distributed.learner_workers=0"),
     (["coevolve.mode=co_evolve", "distributed.reward_model_worker=true"], "set distributed.backend=ray"),
@@ -146,11 +145,12 @@ def test_bad_coevolve_configs_name_the_fix(overrides, message):
 @pytest.mark.parametrize("overrides", [
     ["distributed.backend=ray"],  # Ray rollout workers, the reward model in the controller
     ["distributed.backend=ray", "distributed.reward_model_worker=true", "distributed.learner_workers=2"],
+    ["distributed.backend=ray", "distributed.reward_model_worker=true", "distributed.mode=async"],
 ])
 def test_co_evolve_on_ray_is_a_valid_config(overrides):
     cfg = load_config("recipes/co_evolve.yaml", overrides)
     assert cfg.distributed.reward_model_worker == ("distributed.reward_model_worker=true" in overrides)
-    load_config("recipes/spark.yaml", ["distributed.backend=ray"])  # spark beside Ray rollout workers
+    load_config("recipes/spark.yaml", ["distributed.backend=ray", "distributed.mode=async"])  # beside Ray rollouts
 
 
 def test_spark_verdicts_must_start_with_different_tokens(tiny_model_dir):

@@ -115,10 +115,6 @@ def coevolve_problems(cfg: Config) -> list[str]:
                         f"`correctness` ({', '.join(names)}); add {{name: correctness, weight: 0}} to log them "
                         "without training on them")
     d = cfg.distributed
-    if d.mode == "async":  # the next batch would be scored while the reward model / judge is mid-update
-        problems.append(f"distributed.mode: coevolve.mode={co.mode} trains its second role between one step's "
-                        "rollout and the next, which async generation overlaps; set distributed.mode=sync "
-                        "(asynchronous co-evolution is not done yet)")
     if co.mode == "spark" and d.learner_workers:
         problems.append("distributed.learner_workers: spark's judge loss runs in the controller's learner only; "
                         "set distributed.learner_workers=0 (Ray rollout workers are fine; spark on Ray learner "

@@ -13,7 +13,7 @@ reads `distributed.*`.
                   SparkTrainable around it (spark)    around the in-process learner, beside Ray rollout workers;
                                                       on Ray learner ranks not yet (a ConfigError names the fix)
     reward model  RewardModelLearner (co_evolve)      RemoteRewardLearner (reward_model_worker), with or without
-                                                      Ray learner ranks; not with mode=async (ConfigError)
+                                                      Ray learner ranks, sync or async
     token RM      TokenRewardModel (in the learner)   not yet (a ConfigError names the fix)
 """
 
