@@ -97,26 +97,45 @@ def train(
     Writes a run directory with config.yaml, versions.json, metrics.jsonl, checkpoints/, final/ (a plain
     Hugging Face model directory) and eval_*.json.
 
+    A recipe with a `stages:` list runs its stages in order, each a run in RUN/stages/<i>-<name>/ started
+    from the previous stage's final/, with RUN/stages.json as the summary; overrides apply to every stage,
+    stages.<i or name>.key=value to one. Rerunning the same command skips finished stages and resumes a
+    cut-off one (docs/configuration.md, Stages).
+
     Example: rlvr train recipes/grpo.yaml train.steps=50 run.dir=runs/try1
     """
-    from rlvr.config import ConfigError, load_config
+    from rlvr.config import ConfigError, load_config, read_yaml
+    from rlvr.config.stages import has_stages, load_stages
 
     try:
         recipe, overrides = _split_args(args)
+        staged = None
         if resume is not None:
             if recipe is not None:
                 raise ConfigError(f"--resume takes the config saved in {resume}; drop '{recipe}' "
                                         "(overrides are still allowed)")
+            if (resume / "stages.json").is_file():
+                raise ConfigError(f"--resume: {resume} is a multi-stage run; continue it by rerunning the command "
+                                  f"that started it (rlvr train RECIPE run.dir={resume} ...), or resume one stage "
+                                  f"as a run: --resume {resume}/stages/<i>-<name>")
             cfg = load_config(resume / "config.yaml", [*overrides, f"run.dir={resume}"])
         else:
             if recipe is None:
                 raise typer.BadParameter("give a recipe file (e.g. recipes/grpo.yaml) or --resume RUN_DIR")
-            cfg = load_config(recipe, overrides)
+            if has_stages(read_yaml(recipe)):
+                staged = load_stages(recipe, overrides)  # every stage validated before the first one runs
+            else:
+                cfg = load_config(recipe, overrides)
         from rlvr.trainer.loop import TrainingInterrupted
         from rlvr.trainer.loop import train as run_train
 
         try:
-            run_train(cfg, resume=resume is not None, stop_after=stop_after)
+            if staged is not None:
+                from rlvr.trainer.stages import run_stages
+
+                run_stages(staged, stop_after=stop_after)
+            else:
+                run_train(cfg, resume=resume is not None, stop_after=stop_after)
         except TrainingInterrupted as stop:
             from rich.markup import escape
 
@@ -360,12 +379,20 @@ def config_show(
     rm: Annotated[bool, typer.Option("--rm", help="Read it as a reward-model (rlvr rm) config.")] = False,
     prm: Annotated[bool, typer.Option("--prm", help="Read it as a process-reward-model (rlvr prm) config.")] = False,
 ) -> None:
-    """Print the fully resolved config (every default filled in) as YAML."""
-    from rlvr.config import Config, PRMConfig, RMConfig, SFTConfig, dump_config, load_config
+    """Print the fully resolved config (every default filled in) as YAML; a multi-stage recipe: one document per
+    stage."""
+    from rlvr.config import Config, PRMConfig, RMConfig, SFTConfig, dump_config, load_config, read_yaml
+    from rlvr.config.stages import has_stages, load_stages
 
     try:
         recipe, overrides = _split_args(args)
         schema = SFTConfig if sft else RMConfig if rm else PRMConfig if prm else Config
+        if schema is Config and recipe is not None and has_stages(read_yaml(recipe)):
+            staged = load_stages(recipe, overrides)
+            for stage in staged.stages:  # one YAML document per stage
+                typer.echo(f"--- # {stage.label}: {stage.cfg.run.dir}")
+                typer.echo(dump_config(stage.cfg), nl=False)
+            return
         cfg = load_config(recipe, overrides, schema=schema)
         typer.echo(dump_config(cfg), nl=False)
     except _user_errors() as err:

@@ -1,6 +1,7 @@
 """The learner as a Ray actor group (distributed.learner_workers) on CPU: its update equals the single-process
 update, a rank dealt no group keeps in step, a recipe trains with Ray rollout workers plus Ray learner ranks,
-and a dead learner rank stops the run cleanly with a checkpoint to resume from."""
+a dead learner rank stops the run cleanly with a checkpoint to resume from, and GKD (each rank loads its own
+teacher) makes the single-process update."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from rlvr.learner.learner import Learner  # noqa: E402
 from rlvr.models import load_causal_lm  # noqa: E402
 from rlvr.tracking import read_metrics  # noqa: E402
 from rlvr.trainer.loop import TrainingError, train  # noqa: E402
+from tests.conftest import make_tiny_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 GRPO = ROOT / "recipes" / "grpo.yaml"
@@ -141,3 +143,53 @@ def test_learner_workers_need_ray_and_their_own_references():
         load_config(GRPO, ["distributed.backend=ray", "distributed.learner_workers=2",
                            "distributed.reference_worker=true", "algorithm.kl_coef=0.01"])
 
+
+# -- GKD (loss on full next-token distributions) on learner ranks, each with its own teacher ----------------
+
+
+@pytest.fixture(scope="module")
+def teacher_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A teacher of another size (hidden 48, 1 layer) with the student's byte tokenizer."""
+    return make_tiny_model(tmp_path_factory.mktemp("tiny_teacher"), seed=1, hidden=48, layers=1)
+
+
+def _gkd_cfg(model_dir: Path, teacher_dir: Path, **distributed) -> Config:
+    return Config.model_validate({
+        "model": {"path": str(model_dir), "teacher_path": str(teacher_dir)},
+        "train": {"steps": 5, "micro_batch_size": 2, "mini_batches": 1, "logits_chunk": 7},
+        "algorithm": {"loss": {"name": "gkd", "beta": 0.4}, "loss_agg": "token_mean"},
+        "optim": {"lr": 1e-2, "grad_clip": 0.5}, "rollout": {"n": 2, "temperature": 0.7},
+        "distributed": {"backend": "ray", **distributed},
+    })
+
+
+def _gkd_groups():
+    return random_groups(3, seed=3, length=lambda g, i: 2 + 3 * i + g)  # 27 response tokens in 6 rows
+
+
+# fp32: the ranks sum their gradients (and the controller their token-weighted metrics) in another order than one
+# process does. A sum of 27 positive per-token terms (the JSD, the entropy) summed in another order moves by at
+# most 26 roundings of 2^-24 relative. The gradient's elements may cancel, so its norm has no such relative bound;
+# it gets the tolerance of the other learner-rank tests (1e-4, far above fp32 rounding of a few hundred terms).
+GKD_REL = 27 * 2.0**-24  # 1.6e-6
+
+
+@pytest.mark.slow
+def test_gkd_on_two_learner_ranks_makes_the_single_process_update(ray_runtime, tiny_model_dir, teacher_dir):
+    cfg = _gkd_cfg(tiny_model_dir, teacher_dir, learner_workers=2, cpus_per_learner_worker=0.5)
+    local = Learner(load_causal_lm(tiny_model_dir), cfg, teacher=load_causal_lm(teacher_dir, trainable=False))
+    group = RayLearnerGroup(cfg, str(tiny_model_dir), pad_id=0)  # each rank loads the teacher itself
+    try:
+        expected = learn_on(local, _gkd_groups(), pad_id=0)
+        got = group.learn(_gkd_groups())
+        assert got["train_tokens"] == expected["train_tokens"] == 45  # prompt and response tokens
+        assert expected["gkd_jsd"] > 0
+        for key in ("gkd_jsd", "pg_loss", "entropy"):
+            assert got[key] == pytest.approx(expected[key], rel=GKD_REL), key
+        assert got["grad_norm"] == pytest.approx(expected["grad_norm"], rel=1e-4, abs=1e-6)
+        whole = load_causal_lm(tiny_model_dir)
+        group.pull_weights(whole)
+        for k, v in local.model.state_dict().items():  # one AdamW step of lr 1e-2 from the same gradient
+            assert torch.allclose(whole.state_dict()[k], v, atol=1e-5), k
+    finally:
+        group.close()

@@ -38,8 +38,14 @@ def test_recipe_header_names_the_paper(recipe):
     assert "Knobs" in text or "knobs" in text, f"{recipe.name}: the header should say which knobs it sets"
 
 
+def _staged(recipe: Path) -> bool:
+    return re.search(r"^stages:", recipe.read_text(), re.M) is not None
+
+
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
 def test_recipe_trains_without_nan(recipe, tmp_path):
+    if _staged(recipe):  # a multi-stage recipe (lmm_r1): every stage, each as small as a single recipe's run
+        return _staged_recipe_trains_without_nan(recipe, tmp_path)
     shipped = load_config(recipe, [])
     vision = shipped.task.name.startswith("vl_")
     # an image recipe costs more per step (images, the hf engine): one small step checks that it loads and trains
@@ -66,6 +72,21 @@ def test_recipe_trains_without_nan(recipe, tmp_path):
         for key in ("reward_mean", "pg_loss", "entropy", "grad_norm"):
             assert math.isfinite(m[key]), (recipe.name, m["step"], key, m[key])
         assert m["skipped_optimizer_steps"] == 0
+
+
+def _staged_recipe_trains_without_nan(recipe: Path, tmp_path: Path) -> None:
+    from rlvr.config.stages import load_stages
+    from rlvr.trainer.stages import run_stages
+
+    tiny = ["train.steps=1", "train.prompts_per_step=2", "rollout.n=2", "rollout.max_new_tokens=16",
+            "eval.before=false", "eval.after=false", "eval.every=0", "checkpoint.every=0", "logging.progress=false"]
+    staged = load_stages(recipe, [f"run.dir={tmp_path / 'run'}", *tiny])
+    run_stages(staged)
+    for stage in staged.stages:
+        metrics = read_metrics(stage.cfg.run.dir)
+        assert len(metrics) == 1, stage.label
+        for key in ("reward_mean", "pg_loss", "entropy", "grad_norm"):
+            assert math.isfinite(metrics[0][key]), (recipe.name, stage.label, key, metrics[0][key])
 
 
 def test_the_recipes_table_in_the_docs_is_current():

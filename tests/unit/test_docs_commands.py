@@ -17,7 +17,8 @@ import typer.main
 from typer.testing import CliRunner
 
 from rlvr.cli import _eval_overrides, _split_args, app
-from rlvr.config import Config, PRMConfig, RMConfig, SFTConfig, load_config
+from rlvr.config import Config, PRMConfig, RMConfig, SFTConfig, load_config, read_yaml
+from rlvr.config.stages import has_stages, load_stages
 
 try:  # typer >= 0.29 carries its own copy of click
     import typer._click as click  # type: ignore[import-not-found]
@@ -142,6 +143,14 @@ def _builtin(overrides: list[str]) -> list[str]:
     return [*out, "model.path=builtin"]
 
 
+def _load(recipe: str | Path | None, overrides: list[str], schema: type = Config) -> None:
+    """load_config, or for a multi-stage recipe every stage (`rlvr train` and `rlvr config show` read it so)."""
+    if schema is Config and recipe is not None and has_stages(read_yaml(recipe)):
+        load_stages(recipe, overrides)
+    else:
+        load_config(recipe, overrides, schema=schema)
+
+
 def check(argv: list[str], tmp_path: Path) -> None:
     """Parse `argv` with the CLI's own parser, then load the config the command would use (no compute)."""
     group = typer.main.get_command(app)
@@ -156,11 +165,11 @@ def check(argv: list[str], tmp_path: Path) -> None:
         if p["resume"] is not None:
             assert recipe is None, "--resume takes no recipe"
             return  # the run dir does not exist here; the overrides were parsed
-        load_config(recipe, _builtin(overrides))
+        _load(recipe, _builtin(overrides))
     elif name == "show":
         recipe, overrides = _split_args(p["args"])
-        load_config(recipe, _builtin(overrides), schema=SFTConfig if p["sft"] else RMConfig if p["rm"]
-                    else PRMConfig if p["prm"] else Config)
+        _load(recipe, _builtin(overrides), schema=SFTConfig if p["sft"] else RMConfig if p["rm"]
+              else PRMConfig if p["prm"] else Config)
     elif name in ("sft", "rm", "prm"):
         recipe, overrides = _split_args(p["args"])
         load_config(recipe, _builtin(overrides), schema={"sft": SFTConfig, "rm": RMConfig, "prm": PRMConfig}[name])
@@ -209,6 +218,9 @@ def test_every_recipe_loads(recipe: Path) -> None:
         schema = RMConfig  # `rlvr rm` recipes
     if recipe.name.startswith("prm_"):
         schema = PRMConfig  # `rlvr prm` recipes
+    if has_stages(read_yaml(recipe)):  # a multi-stage recipe: every stage validates
+        assert all(stage.cfg.run.name for stage in load_stages(recipe, ["model.path=builtin"]).stages)
+        return
     cfg = load_config(recipe, ["model.path=builtin"], schema=schema)
     assert cfg.run.name
 

@@ -13,9 +13,17 @@ import pytest
 import torch
 
 from rlvr.algorithms import LOSSES, aggregate_loss
-from rlvr.algorithms.distill import generalized_jsd, gkd_use_student_samples, kd_coefficient, scheduled_loss
+from rlvr.algorithms.distill import (
+    generalized_jsd,
+    gkd_use_student_samples,
+    kd_coefficient,
+    scheduled_loss,
+    teacher_top_k,
+    top_k_buckets,
+)
 from rlvr.config import Config, ConfigError, SFTConfig, load_config
 from rlvr.learner.learner import Learner
+from rlvr.learner.logprob_model import LocalLogProbModel
 from rlvr.models import load_causal_lm, load_tokenizer
 from rlvr.models.logprobs import token_logprobs
 from rlvr.registry import RegistryError
@@ -78,12 +86,12 @@ def test_gkd_loss_gradient_at_the_limits_is_forward_and_reverse_kl() -> None:
 # -- GKD in the learner ---------------------------------------------------------------------------------------
 
 
-def _gkd_cfg(beta=0.4, chunk=3, agg="token_mean", temperature=0.7, micro=2, **alg):
+def _gkd_cfg(beta=0.4, chunk=3, agg="token_mean", temperature=0.7, micro=2, top_k=0, **alg):
     return Config.model_validate({
         "model": {"teacher_path": "builtin-teacher"}, "train": {"steps": 10, "micro_batch_size": micro,
                                                                 "logits_chunk": chunk},
         "optim": {"lr": 1e-2, "grad_clip": None}, "rollout": {"n": 2, "temperature": temperature},
-        "algorithm": {"loss": {"name": "gkd", "beta": beta}, "loss_agg": agg, **alg}})
+        "algorithm": {"loss": {"name": "gkd", "beta": beta, "teacher_top_k": top_k}, "loss_agg": agg, **alg}})
 
 
 def _batch() -> Batch:
@@ -144,6 +152,134 @@ def test_learner_gkd_updates_pull_the_student_to_the_teacher(tiny_model_dir, tea
     assert after < 0.75 * before  # measured: 0.52 x after 4 updates
 
 
+# -- the teacher's top k plus a tail bucket (what a teacher on a Ray actor ships) -----------------------------
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.4, 1.0])
+def test_top_k_with_k_equal_to_the_vocabulary_is_the_full_jsd(beta: float) -> None:
+    g = torch.Generator().manual_seed(0)
+    s_logits = torch.randn(5, 7, generator=g, dtype=torch.float64).requires_grad_(True)
+    t_logits = 3 * torch.randn(5, 7, generator=g, dtype=torch.float64)
+    loss = LOSSES.bind("gkd", {"beta": beta})
+    full, _ = loss(s_logits, t_logits)
+    (g_full,) = torch.autograd.grad(full.sum(), s_logits)
+    for k in (7, 100):  # k >= V: every token is kept, no tail bucket
+        values, ids, tail = teacher_top_k(torch.log_softmax(t_logits, -1), k)
+        assert ids.shape == (5, 7) and torch.all(tail == float("-inf"))
+        topk, _ = loss(*top_k_buckets(s_logits, values, ids, tail))
+        (g_topk,) = torch.autograd.grad(topk.sum(), s_logits)
+        torch.testing.assert_close(topk, full, atol=1e-12, rtol=0)  # float64: only the summation order differs
+        torch.testing.assert_close(g_topk, g_full, atol=1e-12, rtol=0)
+
+
+# teacher P_t = (0.5, 0.3, 0.2), student P_s = (0.2, 0.2, 0.6); k = 1 keeps token 0, the tail holds tokens 1, 2:
+# P_t^K = (0.5, 0.5), P_s^K = (0.2, 0.8)
+PT3, PS3 = (0.5, 0.3, 0.2), (0.2, 0.2, 0.6)
+FWD_K1 = 0.5 * math.log(0.5 / 0.2) + 0.5 * math.log(0.5 / 0.8)                                    # 0.223144
+REV_K1 = 0.2 * math.log(0.2 / 0.5) + 0.8 * math.log(0.8 / 0.5)                                    # 0.192745
+JSD_K1 = 0.5 * (0.5 * math.log(0.5 / 0.35) + 0.5 * math.log(0.5 / 0.65)) \
+    + 0.5 * (0.2 * math.log(0.2 / 0.35) + 0.8 * math.log(0.8 / 0.65))                              # M = (0.35, 0.65)
+FWD_FULL = sum(p * math.log(p / q) for p, q in zip(PT3, PS3))                                     # 0.360063
+
+
+@pytest.mark.parametrize("beta,value", [(0.0, FWD_K1), (0.5, JSD_K1), (1.0, REV_K1)])
+def test_top_1_with_a_tail_bucket_by_hand(beta: float, value: float) -> None:
+    assert (FWD_K1, REV_K1, JSD_K1, FWD_FULL) == pytest.approx((0.223144, 0.192745, 0.050672, 0.360063), abs=1e-6)
+    s_logits = torch.tensor([PS3], dtype=torch.float64).log()
+    values, ids, tail = teacher_top_k(torch.tensor([PT3], dtype=torch.float64).log(), 1)
+    assert ids.tolist() == [[0]] and values.exp()[0].tolist() == pytest.approx([0.5])
+    assert tail.exp().tolist() == pytest.approx([0.5])  # 0.3 + 0.2
+    s_in, t_in = top_k_buckets(s_logits, values, ids, tail)
+    assert s_in.exp()[0].tolist() == pytest.approx([0.2, 0.8]) and t_in.exp()[0].tolist() == pytest.approx([0.5, 0.5])
+    per_token, _ = LOSSES.bind("gkd", {"beta": beta})(s_in, t_in)
+    assert float(per_token) == pytest.approx(value, abs=1e-12)
+    # a lower bound of the full divergence (tokens merged into one bucket), exact once the tail is one token
+    full, _ = LOSSES.bind("gkd", {"beta": beta})(s_logits, torch.tensor([PT3], dtype=torch.float64).log())
+    assert float(per_token) < float(full)
+    k2, _ = LOSSES.bind("gkd", {"beta": beta})(*top_k_buckets(s_logits, *teacher_top_k(
+        torch.tensor([PT3], dtype=torch.float64).log(), 2)))
+    assert float(k2) == pytest.approx(float(full), abs=1e-12)
+    with pytest.raises(ValueError, match="k must be >= 1"):
+        teacher_top_k(s_logits, 0)
+
+
+class _ShippedTeacher:
+    """A teacher that is not in the learner's process, as the learner sees it: only `token_distributions`."""
+
+    def __init__(self, model):
+        self._inner = LocalLogProbModel(model, micro_batch_size=2)
+        self.calls = 0
+
+    def token_distributions(self, batch, temperature, top_k=0, chunk=1024):
+        self.calls += 1
+        return self._inner.token_distributions(batch, temperature, top_k, chunk)
+
+
+def _gkd_grads(learner: Learner, batch: Batch) -> tuple[float, list[torch.Tensor]]:
+    norms = {"num_tokens": float(batch.mask.sum()), "num_seqs": float(len(batch)), "all_tokens": float(batch.mask.sum())}
+    total = 0.0
+    for rows in (torch.arange(0, 2), torch.arange(2, 4)):
+        mb = batch.select(rows)
+        total += learner._gkd_backward(mb, mb.mask, norms, first_epoch=True)["loss"]
+    return total, [p.grad.clone() for p in learner.model.parameters()]
+
+
+@pytest.mark.parametrize("top_k", [0, 5])
+def test_a_shipped_teacher_gives_the_learner_the_in_process_gradient(tiny_model_dir, teacher_dir, top_k) -> None:
+    """The learner with the teacher's distributions shipped per micro-batch (all V, or top 5 + tail) gets the
+    gradient of the teacher in its own process (there: its logits, and the same top 5 + tail)."""
+    teacher = load_causal_lm(teacher_dir, trainable=False)
+    batch = _batch()
+    cfg = _gkd_cfg(chunk=3, beta=0.4, temperature=0.7, top_k=top_k)
+    here = Learner(load_causal_lm(tiny_model_dir), cfg, teacher=teacher)
+    shipped_teacher = _ShippedTeacher(teacher)
+    shipped = Learner(load_causal_lm(tiny_model_dir), cfg, teacher=shipped_teacher)
+    assert here.teacher_local and not shipped.teacher_local
+    loss_here, grads_here = _gkd_grads(here, batch)
+    loss_shipped, grads_shipped = _gkd_grads(shipped, batch)
+    assert shipped_teacher.calls == 2  # one call per micro-batch
+    # fp32; the shipped log-probs go through one more log-softmax (a shift by ~1 ulp of their log-sum-exp)
+    assert loss_shipped == pytest.approx(loss_here, rel=1e-5)
+    for a, b in zip(grads_shipped, grads_here):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+    if top_k:  # 5 of 257 tokens and a tail: smaller than the full JSD (the merged tail hides differences)
+        full = Learner(load_causal_lm(tiny_model_dir), _gkd_cfg(chunk=3, beta=0.4, temperature=0.7), teacher=teacher)
+        assert loss_here < _gkd_grads(full, batch)[0]
+
+
+def test_the_reference_worker_ships_the_teachers_distributions(tiny_model_dir, teacher_dir) -> None:
+    """The Ray actor's body (`ReferenceWorker`, run here without Ray): per response token, all 257 log-probs at
+    the temperature, or the top 5, their int32 ids and the tail's log-mass; the learner with it as its teacher
+    (`RemoteReference` only forwards these calls) makes the in-process update."""
+    from rlvr.distributed.ray_groups import ReferenceWorker
+
+    worker = ReferenceWorker(str(teacher_dir), "float32", "cpu", False, None, 2, False)
+    teacher = load_causal_lm(teacher_dir, trainable=False)
+    batch = _batch()
+    tokens = int(batch.mask.sum())
+    full = worker.token_distributions(batch, 0.7, 0, 4)
+    assert set(full) == {"logprobs"} and full["logprobs"].shape == (tokens, 257)
+    logits = teacher(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits.detach()[:, :-1]
+    direct = torch.log_softmax(logits[batch.mask[:, 1:] > 0] / 0.7, dim=-1)
+    torch.testing.assert_close(full["logprobs"], direct, atol=1e-5, rtol=1e-5)
+    top = worker.token_distributions(batch, 0.7, 5, 4)
+    assert top["ids"].dtype == torch.int32 and top["logprobs"].shape == top["ids"].shape == (tokens, 5)
+    torch.testing.assert_close(top["logprobs"], direct.topk(5, dim=-1).values, atol=1e-5, rtol=1e-5)
+    rest = direct.scatter(-1, top["ids"].long(), float("-inf")).logsumexp(-1)
+    torch.testing.assert_close(top["tail"], rest, atol=1e-5, rtol=1e-5)
+    # the learner with this worker as its teacher makes the in-process update (one more log-softmax: fp32 ulps)
+    cfg = _gkd_cfg(chunk=3, beta=0.4, temperature=0.7)
+    expected = Learner(load_causal_lm(tiny_model_dir), cfg, teacher=teacher).update(copy.deepcopy(_old(batch)))
+    got = Learner(load_causal_lm(tiny_model_dir), cfg, teacher=worker).update(copy.deepcopy(_old(batch)))
+    for key in ("grad_norm", "gkd_jsd", "entropy"):
+        assert got[key] == pytest.approx(expected[key], rel=1e-5), key
+
+
+def _old(batch: Batch) -> Batch:
+    batch.old_logprobs = torch.zeros_like(batch.mask)
+    return batch
+
+
 # -- KDRL's schedule, per step ---------------------------------------------------------------------------------
 
 
@@ -198,7 +334,7 @@ algorithm:
 @pytest.mark.parametrize("override,key", [
     ("algorithm.kl_coef=0.1", "algorithm.kl_coef"),
     ("algorithm.entropy_coef=0.01", "algorithm.entropy_coef"),
-    ("distributed.reference_worker=true", "distributed.reference_worker"),
+    ("algorithm.loss.teacher_top_k=-1", "algorithm.loss"),
     ("algorithm.loss.beta=1.5", "algorithm.loss"),
     ("model.teacher_path=null", "model.teacher_path"),
 ])
@@ -209,6 +345,17 @@ def test_gkd_config_errors_name_the_key(tmp_path: Path, override: str, key: str)
     with pytest.raises(ConfigError) as err:
         load_config(recipe, [override])
     assert key in str(err.value)
+
+
+def test_gkd_loads_with_the_teacher_on_a_ray_actor_and_top_k(tmp_path: Path) -> None:
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(RECIPE)
+    cfg = load_config(recipe, ["distributed.backend=ray", "distributed.reference_worker=true",
+                               "algorithm.loss.teacher_top_k=8"])
+    assert cfg.distributed.reference_worker and cfg.algorithm.loss.params["teacher_top_k"] == 8
+    with pytest.raises(ConfigError, match="every learner rank holds its own"):  # ranks load their own teacher
+        load_config(recipe, ["distributed.backend=ray", "distributed.reference_worker=true",
+                             "distributed.learner_workers=2"])
 
 
 def test_kd_schedule_knobs_are_validated(tmp_path: Path) -> None:
@@ -259,6 +406,28 @@ def test_gkd_sampler_follows_the_lambda_coin() -> None:
     assert seen[True] and seen[False]
     with pytest.raises(RegistryError, match="lmbda"):
         SAMPLERS.build("gkd", {"lmbda": 2.0}, where="sampling", prompts=prompts, seed=0)
+
+
+def test_gkd_sampler_with_teacher_outputs_samples_the_teacher_on_off_policy_steps() -> None:
+    prompts = TASKS.build("addition", {"digits": [2, 2]}).train
+    sampler = SAMPLERS.build("gkd", {"lmbda": 0.0, "off_policy": "teacher"}, prompts=prompts, seed=3)
+    calls: list = []
+    teacher_calls: list = []
+
+    def teacher_rollout(records, n):
+        teacher_calls.append((len(records), n))
+        return [Group(r, [1], [Sample(prompt_ids=[1], response_ids=[2, 3, 4], logprobs=[-0.5] * 3)
+                               for _ in range(n)]) for r in records]
+
+    ctx = _sampler_ctx(1, calls)
+    ctx.extras["teacher_rollout"] = teacher_rollout
+    groups, metrics = sampler.next_batch(ctx)
+    assert calls == [] and teacher_calls == [(3, 2)]  # the student's engine samples nothing
+    assert metrics["student_samples"] == 0.0 and metrics["teacher_tokens"] == 3 * 2 * 3
+    for sample in (s for g in groups for s in g.samples):  # off-policy like a dataset response
+        assert sample.meta["off_policy"] and sample.meta["teacher_sample"] and sample.logprobs == [0.0] * 3
+    with pytest.raises(ValueError, match="teacher generator"):  # no teacher placed for this step
+        sampler.next_batch(_sampler_ctx(2, []))
 
 
 # -- re-distillation's data: a run's rollouts -----------------------------------------------------------------

@@ -23,6 +23,8 @@ Pieces, each a pure function; the registered ones are picked by name in a config
   groups).
 - `on_policy_distill` (ADVANTAGES): A_t = -(log pi_s(y_t) - log pi_t(y_t)); no reward.
 - `generalized_jsd`: GKD's JSD(beta) between full token distributions (needs logits [N, T, V]).
+- `teacher_top_k`, `top_k_buckets`: GKD's teacher shipped compactly (its top-k log-probs plus one tail bucket)
+  and the (k + 1)-category view of both distributions the JSD is then taken on.
 - `gkd_use_student_samples`: GKD's on-policy fraction lambda as a seeded per-step coin.
 """
 
@@ -248,12 +250,51 @@ def scheduled_loss(loss_fn, step: int, default_steps: int):
     return functools.partial(loss_fn.func, **{**kw, "kd_coef": coef})
 
 
+def teacher_top_k(teacher_logprobs: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    r"""The teacher's next-token distribution in compact form: its k most likely tokens and one tail bucket.
+
+        K_t       = the k tokens of largest log P_t(. | y_<t)            (ties: torch.topk's order)
+        values    = log P_t(i | y_<t) for i in K_t                       [M, k]
+        ids       = K_t                                                  [M, k] int32
+        tail      = log sum_{i not in K_t} P_t(i | y_<t)                 [M]   (-inf when k >= V)
+
+    `teacher_logprobs` are [M, V] log-probs (already at the sampling temperature). k is clipped to V. Shipping
+    this costs M * (8k + 4) bytes instead of M * 4V (fp32 values and int32 ids)."""
+    if k < 1:
+        raise ValueError(f"teacher_top_k: k must be >= 1 (0 means the full vocabulary, not this function); got {k}")
+    k = min(int(k), teacher_logprobs.shape[-1])
+    values, ids = teacher_logprobs.topk(k, dim=-1)
+    tail = teacher_logprobs.scatter(-1, ids, float("-inf")).logsumexp(-1)
+    return values, ids.to(torch.int32), tail
+
+
+def top_k_buckets(student_logits: torch.Tensor, teacher_values: torch.Tensor, teacher_ids: torch.Tensor,
+                  teacher_tail: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""Student and teacher as distributions over the k + 1 buckets {i_1, ..., i_k, tail} of the teacher's top k.
+
+        P_s^K = (P_s(i_1), ..., P_s(i_k), 1 - sum_j P_s(i_j))          student: exact, from its full logits
+        P_t^K = (P_t(i_1), ..., P_t(i_k), 1 - sum_j P_t(i_j))          teacher: `teacher_top_k`'s values and tail
+
+    Returns log P_s^K and log P_t^K, [M, k + 1] each ([M, k] when k = V: no tail bucket, and the two are the full
+    distributions with the vocabulary permuted). GKD's JSD_beta of these is an approximation of the full one:
+    merging the tail tokens into one category can only lower an f-divergence (data-processing inequality), so
+    JSD_beta(P_t^K, P_s^K) <= JSD_beta(P_t, P_s), with equality at k = V. Differentiable in `student_logits`."""
+    log_s = F.log_softmax(student_logits, dim=-1)
+    ids = teacher_ids.long()
+    s_top = log_s.gather(-1, ids)
+    if ids.shape[-1] >= log_s.shape[-1]:  # every token is in the top k: nothing left for a tail bucket
+        return s_top, teacher_values
+    s_tail = log_s.scatter(-1, ids, float("-inf")).logsumexp(-1)
+    return torch.cat([s_top, s_tail[..., None]], -1), torch.cat([teacher_values, teacher_tail[..., None]], -1)
+
+
 @LOSSES.register("gkd")
 def gkd_loss(
     student_logits: torch.Tensor,
     teacher_logits: torch.Tensor,
     *,
     beta: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5,
+    teacher_top_k: Annotated[int, Field(ge=0)] = 0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     r"""GKD: the generalized JSD between the student's and the teacher's next-token distributions, per token.
 
@@ -264,6 +305,11 @@ def gkd_loss(
     (`Learner._gkd_backward`): it computes the student's decoder states once, then the LM head, the teacher's
     logits and this loss chunk by chunk of tokens, backpropagating each chunk into the states, so the logits
     memory is one chunk's, not N*T*V. Returns ([M] per token, {"gkd_jsd": detached}).
+
+    `teacher_top_k` = k > 0 (read by the learner; this function ignores it): the teacher is kept only as its
+    top-k log-probs and a tail bucket (`teacher_top_k`), and the learner passes the (k + 1)-bucket views of both
+    models (`top_k_buckets`) as the two "logits" here; an approximation (a lower bound) of the full JSD, exact at
+    k = V. It is how a teacher on a Ray actor (distributed.reference_worker) ships compactly; 0 = full vocabulary.
 
     Source: Agarwal et al., "On-Policy Distillation of Language Models: Learning from Self-Generated Mistakes",
     arXiv:2306.13649, eq. (1) and Algorithm 1 (the lambda mix of student and dataset outputs is the `gkd`

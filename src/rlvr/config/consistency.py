@@ -55,6 +55,16 @@ def combination_problems(cfg: Config) -> list[str]:
                         f"rewards has none ({', '.join(r.name for r in cfg.rewards)}); set reward_workers=0")
     if d.mode == "async" and d.backend != "ray":
         problems.append("distributed.mode: async needs separate rollout workers; set distributed.backend=ray")
+    if cfg.sampling.name == "gkd" and cfg.sampling.params.get("off_policy") == "teacher":
+        fix = "; or set sampling.off_policy=dataset (see docs/distillation.md)"
+        if cfg.model.teacher_path is None:
+            problems.append("model.teacher_path: sampling 'gkd' with off_policy=teacher samples the teacher on its "
+                            f"off-policy steps; set model.teacher_path{fix}")
+        if cfg.agent is not None:
+            problems.append(f"sampling.off_policy: the teacher's samples are single-turn; agent runs are not done{fix}")
+        if cfg.rollout.engine == "vllm":
+            problems.append("rollout.engine: the teacher's samples come from an engine over the teacher in the "
+                            f"controller's process, fast or hf (vllm is not wired for it); set rollout.engine=fast{fix}")
     if d.mode == "async" and cfg.sampling.name != "uniform":
         problems.append(f"distributed.mode: async generates batches ahead, so it works with sampling=uniform only; "
                         f"got sampling {cfg.sampling.name!r}")

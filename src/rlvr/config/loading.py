@@ -53,6 +53,13 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None, sch
 
     Info lines (parameters dropped by a component switch) go to `notes` if given, else to stderr."""
     data = read_yaml(path) if path is not None else {}
+    if "stages" in data:
+        listed = data["stages"] if isinstance(data["stages"], list) else []
+        names = [s.get("name") for s in listed if isinstance(s, dict)]
+        raise ConfigError(f"stages: {path} is a multi-stage recipe (stages: {', '.join(map(str, names))}); "
+                          "`rlvr train` runs it and `rlvr config show` prints every stage. For one stage's config "
+                          "use its run's RUN/stages/<i>-<name>/config.yaml (docs/configuration.md, Stages)",
+                          str(path))
     found: list[str] = []
     data = apply_overrides(data, list(overrides or []), schema, found)
     if notes is not None:

@@ -120,26 +120,36 @@ def drop_stale_parameters(before: dict[str, tuple[Any, str | None]], data: dict[
     return notes
 
 
-def apply_overrides(data: dict[str, Any], overrides: list[str], schema: type[BaseModel] | None = None,
+# An override already parsed: (key path, value, how an error names it), e.g. a stage's key (`rlvr.config.stages`).
+Assignment = tuple[list[str], Any, str]
+
+
+def _parsed(item: str | Assignment) -> Assignment:
+    if isinstance(item, tuple):
+        return item
+    path, value = parse_override(item)
+    return path, value, item
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str | Assignment], schema: type[BaseModel] | None = None,
                     notes: list[str] | None = None) -> dict[str, Any]:
-    """Apply `key.sub=value` overrides in order. When one switches a component's name (task.name=...,
-    rollout.engine=...), the previous component's parameters that the new one does not take are dropped (an
-    info line per switch is appended to `notes`); parameters given explicitly are kept, so they still fail."""
+    """Apply `key.sub=value` overrides (or already parsed `Assignment`s) in order. When one switches a
+    component's name (task.name=..., rollout.engine=...), the previous component's parameters that the new one
+    does not take are dropped (an info line per switch is appended to `notes`); parameters given explicitly
+    are kept, so they still fail."""
     before = {".".join(where): (section, _component_name(section, name_key))
               for path, name_key, _, _ in _SWITCHABLE for where, section in _sections(data, path)}
-    explicit: set[tuple[str, ...]] = set()
-    for item in overrides:
-        explicit.add(tuple(parse_override(item)[0]))
-    _apply(data, overrides, schema)
+    parsed = [_parsed(item) for item in overrides]
+    explicit = {tuple(path) for path, _, _ in parsed}
+    _apply(data, parsed, schema)
     found = drop_stale_parameters(before, data, explicit)
     if notes is not None:
         notes.extend(found)
     return data
 
 
-def _apply(data: dict[str, Any], overrides: list[str], schema: type[BaseModel] | None) -> None:
-    for item in overrides:
-        path, value = parse_override(item)
+def _apply(data: dict[str, Any], overrides: list[Assignment], schema: type[BaseModel] | None) -> None:
+    for path, value, item in overrides:
         node: Any = data
         for i, part in enumerate(path[:-1]):
             if isinstance(node, list) and part.isdigit() and int(part) < len(node):

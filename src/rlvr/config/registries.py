@@ -155,9 +155,6 @@ def _full_logits_problems(cfg: Config) -> list[str]:
         if on:
             problems.append(f"{key}: loss '{name}' is the whole objective (the generalized JSD to the teacher); "
                             f"it takes no extra KL, entropy, critic, TIS or token-selection term, so unset {key}{fix}")
-    if d.reference_worker:
-        problems.append(f"distributed.reference_worker: loss '{name}' needs the teacher's full logits in the "
-                        f"learner's process; set distributed.reference_worker=false{fix}")
     if d.learner == "fsdp2":
         problems.append(f"distributed.learner: loss '{name}' does not run on a sharded learner yet; use ddp or a "
                         f"single process{fix}")

@@ -8,7 +8,9 @@
   need whole groups, so they stay where they are.
 - **Reference worker** (`distributed.reference_worker: true`): the frozen reference model in its own actor, off
   the learner's device; `RemoteReference.token_logprobs(batch, temperature)` returns the reference log-probs the
-  learner would have computed (the log-prob model role, `rlvr.roles.LogProbModel`). It also takes the ProRL reference reset (`load_state_dict`) and reports its weights for
+  learner would have computed (the log-prob model role, `rlvr.roles.LogProbModel`). A distillation teacher is
+  placed the same way; for GKD, `token_distributions` returns its next-token log-probs over the vocabulary at
+  every response token (all V in fp32, or the top k plus a tail bucket). It also takes the ProRL reference reset (`load_state_dict`) and reports its weights for
   checkpoints (`state_dict`).
 
 An actor that dies is replaced (and, for the reference, given its latest weights again) and the call is
@@ -150,6 +152,9 @@ class ReferenceWorker:
     def token_logprobs(self, batch: Batch, temperature: float) -> torch.Tensor:
         return self.model.token_logprobs(batch, temperature).cpu()
 
+    def token_distributions(self, batch: Batch, temperature: float, top_k: int, chunk: int) -> dict[str, torch.Tensor]:
+        return self.model.token_distributions(batch, temperature, top_k, chunk)
+
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         self.model.load_state_dict(state)
 
@@ -191,6 +196,12 @@ class RemoteReference:
 
     def token_logprobs(self, batch: Batch, temperature: float) -> torch.Tensor:
         return self._call("token_logprobs", batch.to("cpu"), temperature)
+
+    def token_distributions(self, batch: Batch, temperature: float, top_k: int = 0,
+                            chunk: int = 1024) -> dict[str, torch.Tensor]:
+        """GKD's teacher on this actor: full next-token log-probs per response token, or their top-k form
+        (`LocalLogProbModel.token_distributions`)."""
+        return self._call("token_distributions", batch.to("cpu"), temperature, top_k, chunk)
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         self._state = self.ray.put(cpu_state(state))

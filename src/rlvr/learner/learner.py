@@ -15,6 +15,7 @@
                           + auxiliary (first epoch, its share per mini-batch: SPARK's judge loss)
                         a loss that asks for full logits (GKD: student_logits, teacher_logits) runs instead
                         on `_gkd_backward`: decoder states once, then LM heads and the loss chunk by chunk
+                        (a teacher on a Ray actor ships its log-probs per micro-batch instead; top-k option)
                         KDRL's annealed coefficient: the loss is rebound each update (`scheduled_loss`)
 A mini-batch whose loss or gradient is not finite is skipped: gradients are dropped, the optimizer and its state
 are untouched, and the fault is counted.
@@ -44,7 +45,7 @@ from rlvr.algorithms import (
     top_entropy_mask,
     truncated_is_weights,
 )
-from rlvr.algorithms.distill import scheduled_loss
+from rlvr.algorithms.distill import scheduled_loss, teacher_top_k, top_k_buckets
 from rlvr.algorithms.inputs import broadcast_to_tokens, call_on_rows, call_with_inputs, tensor_inputs
 from rlvr.config import Config
 from rlvr.learner.compiled import compile_decoder
@@ -102,10 +103,13 @@ class Learner:
         self.loss_inputs = set(tensor_inputs(self.loss_fn))
         self.step_loss_fn = self.loss_fn  # this update's loss: KDRL's coefficient rebound per step
         self.full_logits = "teacher_logits" in self.loss_inputs
-        if self.full_logits and self.teacher is not None and not isinstance(
-                getattr(self.teacher, "model", None), torch.nn.Module):
-            raise ValueError(f"loss '{alg.loss.name}' compares full next-token distributions, so the teacher must "
-                             "live in the learner's process; set distributed.reference_worker=false")
+        # GKD's teacher: in this process (its logits chunk by chunk) or elsewhere (its distributions shipped)
+        self.teacher_local = isinstance(getattr(self.teacher, "model", None), torch.nn.Module)
+        if self.full_logits and self.teacher is not None and not self.teacher_local and not hasattr(
+                self.teacher, "token_distributions"):
+            raise ValueError(f"loss '{alg.loss.name}' compares full next-token distributions, and the teacher "
+                             f"{type(self.teacher).__name__} cannot return them; place it in the learner's process "
+                             "(distributed.reference_worker=false) or on a reference worker")
         self.total_optimizer_steps = cfg.train.steps * cfg.train.ppo_epochs * cfg.train.mini_batches
         # train.compile: not with FSDP2's sharded parameters (their collectives run inside the forward)
         if cfg.train.compile and self.sharded:
@@ -527,12 +531,13 @@ class Learner:
         2 * chunk * V floats, whatever the batch's N * T.
         """
         alg = self.cfg.algorithm
-        teacher = getattr(self.teacher, "model", None)
+        teacher = getattr(self.teacher, "model", None) if self.teacher_local else None
+        top_k = int(self.step_loss_fn.keywords.get("teacher_top_k", 0))  # 0: the teacher's full distribution
         parts = _head_parts(self.model)
         t_parts = _head_parts(teacher) if teacher is not None else None
-        if parts is None or t_parts is None:
+        if parts is None or (self.teacher_local and t_parts is None):
             raise ValueError(f"loss '{alg.loss.name}' needs a student and a teacher whose logits are "
-                             "lm_head(decoder(x)) (and the teacher loaded in the learner's process)")
+                             "lm_head(decoder(x))")
         if self.sharded:
             raise ValueError(f"loss '{alg.loss.name}' does not run on a sharded learner (distributed.learner=fsdp2)")
         if mb.mm_inputs is not None and any(m is not None for m in mb.mm_inputs):
@@ -541,19 +546,31 @@ class Learner:
         T = max(self.temperature, 1e-6)
         select = mb.mask[:, 1:] > 0  # position t-1 predicts token t
         hidden = decoder(input_ids=mb.input_ids, attention_mask=mb.attention_mask).last_hidden_state[:, :-1][select]
-        t_device = next(teacher.parameters()).device
-        with torch.no_grad():
-            t_hidden = t_parts[0](input_ids=mb.input_ids.to(t_device),
-                                  attention_mask=mb.attention_mask.to(t_device)).last_hidden_state
-            t_hidden = t_hidden[:, :-1][select.to(t_device)]
+        if self.teacher_local:
+            t_device = next(teacher.parameters()).device
+            with torch.no_grad():
+                t_hidden = t_parts[0](input_ids=mb.input_ids.to(t_device),
+                                      attention_mask=mb.attention_mask.to(t_device)).last_hidden_state
+                t_hidden = t_hidden[:, :-1][select.to(t_device)]
+        else:  # a teacher on a Ray actor: its log-probs (all V, or top k + tail) for this micro-batch's tokens
+            shipped = {k: v.to(self.device) for k, v in self.teacher.token_distributions(
+                mb, T, top_k, self.cfg.train.logits_chunk).items()}
         weights = self._token_weights(train_mask, norms)[:, 1:][select]
         states = hidden.detach().requires_grad_(True)
         loss_total, jsd_sum, entropy_sum, chunk = 0.0, 0.0, 0.0, self.cfg.train.logits_chunk
         for start in range(0, states.shape[0], chunk):
             s_logits = head(states[start : start + chunk]).float() / T
             with torch.no_grad():
-                t_logits = t_parts[1](t_hidden[start : start + chunk]).float().to(s_logits.device) / T
-            per_token, _ = call_with_inputs(self.step_loss_fn, {"student_logits": s_logits, "teacher_logits": t_logits},
+                if self.teacher_local:
+                    t_logits = t_parts[1](t_hidden[start : start + chunk]).float().to(s_logits.device) / T
+                    top = teacher_top_k(torch.log_softmax(t_logits, dim=-1), top_k) if top_k else None
+                else:  # log-probs at temperature T already; the loss's log-softmax leaves them as they are
+                    t_logits = shipped["logprobs"][start : start + chunk]
+                    top = (t_logits, shipped["ids"][start : start + chunk],
+                           shipped["tail"][start : start + chunk]) if top_k else None
+            # top k: both models as distributions over the teacher's k most likely tokens and one tail bucket
+            s_in, t_in = top_k_buckets(s_logits, *top) if top is not None else (s_logits, t_logits)
+            per_token, _ = call_with_inputs(self.step_loss_fn, {"student_logits": s_in, "teacher_logits": t_in},
                                             f"loss '{alg.loss.name}'")
             part = (per_token * weights[start : start + chunk]).sum()
             part.backward()

@@ -3,6 +3,9 @@
 The learner asks one question of it, `token_logprobs(batch, temperature)`: log pi(y_t | y_<t, x) of every
 response token of the batch, [N, T] aligned with `batch.mask`. `LocalLogProbModel` answers in this process;
 `rlvr.distributed.ray_groups.RemoteReference` answers from a Ray actor that runs a `LocalLogProbModel`.
+A teacher for GKD, when it is not in the learner's process, also answers
+`token_distributions(batch, temperature, top_k, chunk)`: its full next-token log-probs at every response token
+(or their top-k form with a tail bucket, `rlvr.algorithms.distill.teacher_top_k`).
 """
 
 from __future__ import annotations
@@ -11,7 +14,8 @@ from typing import Any
 
 import torch
 
-from rlvr.models.logprobs import forward_tokens
+from rlvr.algorithms.distill import teacher_top_k
+from rlvr.models.logprobs import _head_parts, forward_tokens
 from rlvr.types import Batch
 
 
@@ -33,6 +37,37 @@ class LocalLogProbModel:
                                 pack_tokens=self.pack_tokens, mm_inputs=mb.mm_inputs).logprobs
             out[rows.to(device), : lp.shape[1]] = lp
         return out
+
+    @torch.no_grad()
+    def token_distributions(self, batch: Batch, temperature: float, top_k: int = 0,
+                            chunk: int = 1024) -> dict[str, torch.Tensor]:
+        """The next-token distribution before every response token of `batch`, in row-major order of
+        `batch.mask[:, 1:] > 0` (position t - 1 predicts token t), as log-probs at `temperature`:
+        {"logprobs": [M, V]} with top_k = 0 (exact), else `teacher_top_k`'s {"logprobs": [M, k], "ids": [M, k],
+        "tail": [M]}. The LM head runs `chunk` tokens at a time. Tensors come back on the CPU."""
+        parts = _head_parts(self.model)
+        if parts is None:
+            raise ValueError("the teacher's logits are not lm_head(decoder(x)) (logit soft-capping or scaling), so "
+                             "its next-token distributions cannot be computed per response token here")
+        decoder, head = parts
+        device = next(self.model.parameters()).device
+        mb = batch.to(device)
+        select = mb.mask[:, 1:] > 0
+        hidden = decoder(input_ids=mb.input_ids, attention_mask=mb.attention_mask).last_hidden_state[:, :-1][select]
+        out: dict[str, list[torch.Tensor]] = {"logprobs": [], "ids": [], "tail": []}
+        for start in range(0, hidden.shape[0], max(1, chunk)):
+            logp = torch.log_softmax(head(hidden[start : start + chunk]).float() / temperature, dim=-1)
+            if top_k:
+                for key, part in zip(("logprobs", "ids", "tail"), teacher_top_k(logp, top_k)):
+                    out[key].append(part.cpu())
+            else:
+                out["logprobs"].append(logp.cpu())
+        if not out["logprobs"]:  # no response token: empty tensors of the right width
+            vocab = head.weight.shape[0]
+            width = min(top_k, vocab) if top_k else vocab
+            out = {"logprobs": [torch.zeros(0, width)], "ids": [torch.zeros(0, width, dtype=torch.int32)],
+                   "tail": [torch.zeros(0)]}
+        return {k: torch.cat(v) for k, v in out.items() if v and (top_k or k == "logprobs")}
 
     def state_dict(self) -> dict[str, Any]:
         return self.model.state_dict()

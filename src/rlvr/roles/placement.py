@@ -9,6 +9,7 @@ reads `distributed.*`.
     scorer        RewardFunction(rewards)             its verifiers on RayVerifierPool (reward_workers)
     reference     LocalLogProbModel (in the learner)  RemoteReference (reference_worker), or one per learner rank
     teacher       LocalLogProbModel (in the learner)  RemoteReference (reference_worker), or one per learner rank
+    teacher gen.  build_engine over the teacher         in the controller's process (GKD's teacher outputs)
     trainable     LocalTrainable(Learner), FSDP2      RayLearnerGroup (learner_workers ranks)
                   SparkTrainable around it (spark)    around the in-process learner, beside Ray rollout workers;
                                                       on Ray learner ranks not yet (a ConfigError names the fix)
@@ -66,6 +67,7 @@ class Roles:
     trainable: Trainable
     reference: LogProbModel | None = None  # inside the trainable; None when each Ray learner rank holds its own
     teacher: LogProbModel | None = None  # the same, for distillation (model.teacher_path)
+    teacher_generator: Generator | None = None  # GKD's teacher outputs (sampling.off_policy=teacher): samples it
     reward_learner: RewardLearner | None = None  # co_evolve: the second trainable role, a reward model (or its actor)
     env_factory: Any = None  # agent runs: one environment per episode, tools built once; or the HarnessRunner
     _opened: list[Any] = field(default_factory=list, repr=False)  # everything to close, in creation order
@@ -116,6 +118,9 @@ def _place(cfg: Config, tokenizer: Any, device: torch.device, checkpoint: Path |
         generator = build_engine(cfg.rollout.engine, cfg.rollout.engine_options, cfg.rollout.batch_size, policy,
                                  tokenizer)
     opened.append(generator)
+    teacher_generator = place_teacher_generator(cfg, tokenizer, device, dtype)
+    if teacher_generator is not None:
+        opened.append(teacher_generator)
 
     reward_learner = place_reward_learner(cfg, tokenizer, device, dtype)
     if reward_learner is not None:
@@ -164,7 +169,26 @@ def _place(cfg: Config, tokenizer: Any, device: torch.device, checkpoint: Path |
     if env_factory is not None:
         opened.append(env_factory)
     return Roles(policy=policy, generator=generator, scorer=scorer, trainable=trainable, reference=reference,
-                 teacher=teacher, env_factory=env_factory, reward_learner=reward_learner, _opened=opened)
+                 teacher=teacher, env_factory=env_factory, reward_learner=reward_learner,
+                 teacher_generator=teacher_generator, _opened=opened)
+
+
+def uses_teacher_outputs(cfg: Config) -> bool:
+    """GKD's off-policy steps sample the teacher (sampling gkd with off_policy=teacher)."""
+    return cfg.sampling.name == "gkd" and cfg.sampling.params.get("off_policy") == "teacher"
+
+
+def place_teacher_generator(cfg: Config, tokenizer: Any, device: torch.device, dtype: torch.dtype) -> Any:
+    """The engine that samples GKD's teacher outputs: `rollout.engine` (fast or hf; the config check refuses
+    vllm) over a frozen copy of `model.teacher_path` in the controller's process, never synced. None when the
+    sampler does not ask for it, or under torchrun (every sampler is bypassed there)."""
+    if not uses_teacher_outputs(cfg) or dp.world_size() > 1:
+        return None
+    assert cfg.model.teacher_path is not None  # the config check asks for it
+    model = load_causal_lm(cfg.model.teacher_path, dtype=dtype, device=device,
+                           trust_remote_code=cfg.model.trust_remote_code, trainable=False, key="model.teacher_path")
+    check_vocab(tokenizer, model)
+    return build_engine(cfg.rollout.engine, cfg.rollout.engine_options, cfg.rollout.batch_size, model, tokenizer)
 
 
 def place_reward_learner(cfg: Config, tokenizer: Any, device: torch.device, dtype: torch.dtype) -> RewardLearner | None:

@@ -47,6 +47,10 @@ class Scorer(Protocol):
 
 @runtime_checkable
 class LogProbModel(Protocol):
+    """A frozen model that scores tokens. A GKD teacher outside the learner's process also answers
+    `token_distributions(batch, temperature, top_k, chunk)` (its next-token log-probs; not part of this protocol,
+    since the reference and KDRL's teacher never need it)."""
+
     def token_logprobs(self, batch: Batch, temperature: float) -> torch.Tensor: ...
 
     def state_dict(self) -> dict[str, Any]: ...

@@ -29,7 +29,8 @@ class SyncBatches:
         ctx = StepContext(step=step, prompts_per_step=cfg.train.prompts_per_step, n=cfg.rollout.n,
                           rollout=run.rollout, score=lambda gs: run.reward_fn(gs, run.task), task=run.task,
                           engine=run.engine, renderer=run.renderer, params=run.params, policy=run.policy,
-                          tokenizer=run.tokenizer, total_steps=cfg.train.steps)
+                          tokenizer=run.tokenizer, total_steps=cfg.train.steps,
+                          extras={"teacher_rollout": run.teacher_rollout} if run.roles.teacher_generator else {})
         return run.sampler.next_batch(ctx)
 
 

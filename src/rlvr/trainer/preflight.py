@@ -12,6 +12,7 @@ from rlvr.learner import needs_reference, needs_teacher
 from rlvr.models import load_tokenizer, resolve_device, resolve_dtype, resolve_model_path
 from rlvr.models.teacher import check_teacher_tokenizer
 from rlvr.models.vision import is_vision_checkpoint, load_processor
+from rlvr.roles.placement import uses_teacher_outputs
 from rlvr.rollout import ENGINES, build_env_factory, load_harness
 from rlvr.rollout.openai_server import require_serve
 from rlvr.tasks import PromptRenderer, build_task
@@ -36,7 +37,8 @@ def preflight(cfg: Config, multi_rank: bool) -> tuple[Any, Any, torch.device]:
     resolve_model_path(cfg.model.path)
     if needs_reference(cfg) and cfg.model.reference_path:
         resolve_model_path(cfg.model.reference_path, "model.reference_path")
-    if needs_teacher(cfg):  # a teacher grades the policy's tokens by id: the same tokenizer, checked now
+    # a teacher grades the policy's tokens by id, or writes GKD's off-policy samples: the same tokenizer, now
+    if needs_teacher(cfg) or uses_teacher_outputs(cfg):
         check_teacher_tokenizer(cfg.model.tokenizer_path or cfg.model.path, cfg.model.teacher_path)
     if cfg.model.lora is not None and not cfg.model.freeze_vision_tower and is_vision_checkpoint(cfg.model.path):
         raise ConfigError("model.freeze_vision_tower: LoRA on a vision-language model adapts its language layers "

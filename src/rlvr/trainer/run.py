@@ -95,6 +95,15 @@ class Run:
             groups = [g for g in groups if not g.record.meta.get("shuffled_of")]
         return groups
 
+    def teacher_rollout(self, records: Sequence[TaskRecord], n: int) -> list[Group]:
+        """Sample n responses per record from the teacher (GKD's teacher outputs) and reward them (for logs)."""
+        generator = self.roles.teacher_generator
+        assert generator is not None, "no teacher generator was placed (sampling.off_policy=teacher places one)"
+        groups = rollout_groups(generator, self.renderer, list(records),
+                                self.params if n == self.params.n else replace(self.params, n=n))
+        self.reward_fn(groups, self.task)
+        return groups
+
     def generate(self, records: Sequence[TaskRecord], params: SamplingParams) -> list[Group]:
         """Unrewarded groups: multi-turn episodes in an agent run, else single-turn (training and evaluation)."""
         if self.cfg.agent is not None and self.cfg.agent.harness is not None:  # rollout.mode=openai_server
