@@ -85,7 +85,8 @@ def test_reward_model_actor_matches_the_controller_and_restores_its_checkpoint(r
         got += [remote.learn(_pairs(tok, k)) for k in (1, 2)]
         assert got == expected and remote.score(rows) == scores[-1]
         final = remote.hf_model().state_dict()  # what final_rm/ is written from
-        assert all(torch.equal(final[k], v) for k, v in local.model.state_dict().items())
+        want = local.model.state_dict()
+        assert final.keys() == want.keys() and all(torch.equal(final[k], v) for k, v in want.items())
         buffer.seek(0)
         remote.load_state_dict(torch.load(buffer))  # resume: weights, AdamW moments, refresh counter
         assert remote.learn(_pairs(tok, 1)) == expected[1] and remote.score(rows) == scores[1]

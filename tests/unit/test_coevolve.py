@@ -126,6 +126,26 @@ def test_learned_rm_reward_is_the_sigmoid_of_the_live_score():
         LearnedRewardModel(RewardContext())
 
 
+def test_a_lost_reward_model_stops_scoring_instead_of_scoring_zero():
+    from rlvr.config.schema import RewardSpec
+    from rlvr.errors import RoleLost
+    from rlvr.rewards import RewardFunction
+
+    def dead(rows):
+        raise RoleLost("the reward model worker died while scoring")
+
+    def broken(rows):
+        raise RuntimeError("a bug")
+
+    specs = [RewardSpec(name="learned_rm")]
+    with pytest.raises(RoleLost, match="died while scoring"):  # not a reward of 0 for every sample
+        RewardFunction.from_config(specs, RewardContext(reward_learner=SimpleNamespace(score=dead)))(
+            [_group(0, [([1], True)])], None)
+    groups = [_group(0, [([1], True)])]  # any other error still costs the samples, not the run
+    RewardFunction.from_config(specs, RewardContext(reward_learner=SimpleNamespace(score=broken)))(groups, None)
+    assert groups[0].samples[0].rewards["learned_rm"] == 0.0
+
+
 @pytest.mark.parametrize("overrides, message", [
     (["rewards=[{name: correctness}, {name: learned_rm}]"], "set coevolve.mode=co_evolve"),
     (["coevolve.mode=spark", "rewards=[{name: format}]"], "add {name: correctness, weight: 0}"),
