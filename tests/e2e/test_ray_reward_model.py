@@ -5,7 +5,7 @@ the reward model in the controller does, restoring its checkpoint (in the actor 
 uninterrupted refreshes, and a
 dead actor raises `RewardLearnerLost` naming the role.
 
-Opt-in (RLVR_LONG_RAY_TESTS=1; five actor start-ups, ~130 s): whole co_evolve runs, the reward model in the
+Opt-in (RLVR_LONG_RAY_TESTS=1; five actor start-ups, 75-115 s): whole co_evolve runs, the reward model in the
 controller vs on the actor, the actor killed at step 3 and the run resumed, metric for metric and both final
 models bit-identical.
 """
@@ -106,7 +106,7 @@ def test_reward_model_actor_matches_the_controller_and_restores_its_checkpoint(r
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("RLVR_LONG_RAY_TESTS"), reason="five Ray actor start-ups (~130 s); set "
+@pytest.mark.skipif(not os.environ.get("RLVR_LONG_RAY_TESTS"), reason="five Ray actor start-ups (75-115 s here); set "
                     "RLVR_LONG_RAY_TESTS=1")
 def test_co_evolve_run_with_the_reward_model_on_ray_matches_and_resumes_after_its_actor_dies(ray_runtime, tmp_path,
                                                                                      monkeypatch):
