@@ -8,6 +8,7 @@ Set `RLVR_FAULTS` to a comma-separated list of `action:point:steps`:
     RLVR_FAULTS="nan:loss:2-4"            make the loss of steps 2..4 NaN
     RLVR_FAULTS="kill:worker:3"           kill rollout worker 0 (a Ray actor) at the 3rd generation request
     RLVR_FAULTS="kill:learner:2"          kill the last learner worker (a Ray actor) at the 2nd update
+    RLVR_FAULTS="kill:reward_model:3"     kill co_evolve's reward model worker (a Ray actor) at its 3rd refresh
 
 Unset (the normal case), every check is a dictionary lookup that finds nothing.
 """
@@ -19,7 +20,7 @@ import signal
 from functools import lru_cache
 
 ACTIONS = ("kill", "nan")
-POINTS = ("rollout", "optimizer", "checkpoint", "loss", "worker", "learner")
+POINTS = ("rollout", "optimizer", "checkpoint", "loss", "worker", "learner", "reward_model")
 
 
 @lru_cache(maxsize=4)

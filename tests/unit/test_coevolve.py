@@ -126,15 +126,51 @@ def test_learned_rm_reward_is_the_sigmoid_of_the_live_score():
         LearnedRewardModel(RewardContext())
 
 
+def test_a_lost_reward_model_stops_scoring_instead_of_scoring_zero():
+    from rlvr.config.schema import RewardSpec
+    from rlvr.errors import RoleLost
+    from rlvr.rewards import RewardFunction
+
+    def dead(rows):
+        raise RoleLost("the reward model worker died while scoring")
+
+    def broken(rows):
+        raise RuntimeError("a bug")
+
+    specs = [RewardSpec(name="learned_rm")]
+    with pytest.raises(RoleLost, match="died while scoring"):  # not a reward of 0 for every sample
+        RewardFunction.from_config(specs, RewardContext(reward_learner=SimpleNamespace(score=dead)))(
+            [_group(0, [([1], True)])], None)
+    groups = [_group(0, [([1], True)])]  # any other error still costs the samples, not the run
+    RewardFunction.from_config(specs, RewardContext(reward_learner=SimpleNamespace(score=broken)))(groups, None)
+    assert groups[0].samples[0].rewards["learned_rm"] == 0.0
+
+
 @pytest.mark.parametrize("overrides, message", [
     (["rewards=[{name: correctness}, {name: learned_rm}]"], "set coevolve.mode=co_evolve"),
     (["coevolve.mode=spark", "rewards=[{name: format}]"], "add {name: correctness, weight: 0}"),
-    (["coevolve.mode=co_evolve", "distributed.backend=ray"], "in this process only"),
+    (["coevolve.mode=spark", "distributed.backend=ray", "distributed.learner_workers=2"],
+     "set distributed.learner_workers=0"),
+    (["coevolve.mode=co_evolve", "distributed.reward_model_worker=true"], "set distributed.backend=ray"),
+    (["coevolve.mode=spark", "distributed.backend=ray", "distributed.reward_model_worker=true"],
+     "set reward_model_worker=false, or coevolve.mode=co_evolve"),
+    (["distributed.backend=ray", "distributed.reward_model_worker=true"], "coevolve.mode=None"),
 ])
 def test_bad_coevolve_configs_name_the_fix(overrides, message):
     with pytest.raises(ConfigError) as err:
         load_config("recipes/grpo.yaml", overrides)
     assert message in str(err.value)
+
+
+@pytest.mark.parametrize("overrides", [
+    ["distributed.backend=ray"],  # Ray rollout workers, the reward model in the controller
+    ["distributed.backend=ray", "distributed.reward_model_worker=true", "distributed.learner_workers=2"],
+    ["distributed.backend=ray", "distributed.reward_model_worker=true", "distributed.mode=async"],
+])
+def test_co_evolve_on_ray_is_a_valid_config(overrides):
+    cfg = load_config("recipes/co_evolve.yaml", overrides)
+    assert cfg.distributed.reward_model_worker == ("distributed.reward_model_worker=true" in overrides)
+    load_config("recipes/spark.yaml", ["distributed.backend=ray", "distributed.mode=async"])  # beside Ray rollouts
 
 
 def test_spark_verdicts_must_start_with_different_tokens(tiny_model_dir):

@@ -40,6 +40,13 @@ def combination_problems(cfg: Config) -> list[str]:
         if d.learner_workers:
             problems.append("distributed.learner_workers: learner workers are Ray actors; set distributed.backend=ray "
                             "(or learner_workers=0; for a data-parallel learner without Ray, use torchrun)")
+        if d.reward_model_worker:
+            problems.append("distributed.reward_model_worker: the reward model worker is a Ray actor; set "
+                            "distributed.backend=ray (or reward_model_worker=false)")
+    if d.reward_model_worker and (cfg.coevolve is None or cfg.coevolve.mode != "co_evolve"):
+        problems.append("distributed.reward_model_worker: it places co_evolve's reward model, and this run has none "
+                        f"(coevolve.mode={cfg.coevolve.mode if cfg.coevolve else None}); set "
+                        "reward_model_worker=false, or coevolve.mode=co_evolve")
     if d.learner_workers and d.reference_worker:
         problems.append("distributed.reference_worker: with distributed.learner_workers every learner rank holds "
                         "its own reference; set reference_worker=false")
@@ -97,8 +104,8 @@ def combination_problems(cfg: Config) -> list[str]:
 
 
 def coevolve_problems(cfg: Config) -> list[str]:
-    """A reward model that learns beside the policy: its labels come from the verifier, it lives in this
-    process, and the `learned_rm` reward needs it."""
+    """A reward model that learns beside the policy: its labels come from the verifier, the `learned_rm` reward
+    needs it, and its placement (the controller, or a Ray actor for co_evolve) must fit the run's."""
     problems: list[str] = []
     names = [r.name for r in cfg.rewards]
     co = cfg.coevolve
@@ -115,8 +122,8 @@ def coevolve_problems(cfg: Config) -> list[str]:
                         f"`correctness` ({', '.join(names)}); add {{name: correctness, weight: 0}} to log them "
                         "without training on them")
     d = cfg.distributed
-    if d.backend == "ray" or d.learner_workers or d.mode == "async":
-        problems.append(f"coevolve.mode: {co.mode} places its second trainable role in this process only (Ray "
-                        "placement of it is not done yet); set distributed.backend=local, learner_workers=0 and "
-                        "mode=sync")
+    if co.mode == "spark" and d.learner_workers:
+        problems.append("distributed.learner_workers: spark's judge loss runs in the controller's learner only; "
+                        "set distributed.learner_workers=0 (Ray rollout workers are fine; spark on Ray learner "
+                        "ranks is not done yet)")
     return problems

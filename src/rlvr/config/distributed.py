@@ -1,4 +1,5 @@
-"""The `distributed` section: local or Ray placement of rollout, reward, reference and learner workers."""
+"""The `distributed` section: local or Ray placement of rollout, reward, reference, learner and reward-model
+workers."""
 
 from __future__ import annotations
 
@@ -39,6 +40,11 @@ class DistributedConfig(Strict):
     cpus_per_learner_worker: float = Field(1.0, gt=0)
     gpus_per_learner_worker: float = Field(0.0, ge=0, description="> 0 puts each learner rank on a GPU of its "
                                            "own (NCCL between ranks), or a fraction of one.")
+    reward_model_worker: bool = Field(False, description="coevolve.mode=co_evolve: train and score the reward model "
+                                      "in its own Ray actor instead of in the controller (docs/reward-models.md).")
+    cpus_per_reward_model_worker: float = Field(1.0, gt=0)
+    gpus_per_reward_model_worker: float = Field(0.0, ge=0, description="> 0 puts the co-evolving reward model on "
+                                                "a GPU of its own (or a fraction of one).")
     mode: Literal["sync", "async"] = Field("sync", description="async: workers generate the next batches while "
                                            "the learner trains (needs backend=ray).")
     max_staleness: int = Field(1, ge=0, description="async: a sample may be at most this many policy versions "

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from rlvr.algorithms.preference import bradley_terry_loss, pair_accuracy
-from rlvr.models.reward_head import sequence_rewards
+from rlvr.models.reward_head import load_reward_model, sequence_rewards
 from rlvr.types import Group
 
 TokenPair = tuple[list[int], list[int]]  # (chosen ids, rejected ids), each prompt + response
@@ -49,6 +49,20 @@ def mine_group_pairs(groups: list[Group], max_pairs_per_prompt: int, seed: int) 
         rng.shuffle(combos)
         pairs.extend(combos[:max_pairs_per_prompt])
     return pairs
+
+
+def build_reward_learner(cfg: Any, pad_id: int, device: torch.device, dtype: torch.dtype) -> RewardModelLearner:
+    """co_evolve's reward model from the config: `coevolve.rm_path` (else `model.path`) with a scalar head whose
+    initialisation is seeded by run.seed on its own RNG stream (the caller's other random draws are untouched).
+    The controller and a Ray reward-model worker both build it here, so the two placements start identical."""
+    co = cfg.coevolve
+    key = "coevolve.rm_path" if co.rm_path else "model.path"
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.run.seed)
+        model = load_reward_model(str(co.rm_path or cfg.model.path), dtype=dtype, device=device, pad_token_id=pad_id,
+                                  trust_remote_code=cfg.model.trust_remote_code, key=key)
+    return RewardModelLearner(model, pad_id, lr=co.rm_lr, updates=co.rm_updates, batch_size=co.rm_batch_size,
+                              seed=cfg.run.seed, grad_clip=cfg.optim.grad_clip)
 
 
 class RewardModelLearner:
@@ -117,6 +131,10 @@ class RewardModelLearner:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.refreshes = int(state["refreshes"])
+
+    def hf_model(self) -> Any:
+        """The model with its current weights, to save as a HF directory (`final_rm/`)."""
+        return self.model
 
     def close(self) -> None:
         """Nothing to release: the model lives in this process."""

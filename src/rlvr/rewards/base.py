@@ -34,6 +34,7 @@ from typing import Annotated, Any, Protocol
 
 from pydantic import Field
 
+from rlvr.errors import RoleLost
 from rlvr.registry import Registry
 from rlvr.types import Group, VerifyResult
 
@@ -239,6 +240,8 @@ class RewardFunction:
                     if len(out) != len(group.samples):
                         raise ValueError(f"returned {len(out)} rewards for {len(group.samples)} samples")
                 return outputs
+            except RoleLost:  # a dead worker behind the reward (e.g. co_evolve's reward model actor) stops the run
+                raise
             except Exception as err:
                 return [fallback(err, g) for g in groups]
         results = []
@@ -247,6 +250,8 @@ class RewardFunction:
                 out = term.component(group, task)
                 if len(out) != len(group.samples):
                     raise ValueError(f"returned {len(out)} rewards for {len(group.samples)} samples")
+            except RoleLost:
+                raise
             except Exception as err:
                 out = fallback(err, group)
             results.append(out)

@@ -11,8 +11,10 @@ reads `distributed.*`.
     teacher       LocalLogProbModel (in the learner)  RemoteReference (reference_worker), or one per learner rank
     teacher gen.  build_engine over the teacher         in the controller's process (GKD's teacher outputs)
     trainable     LocalTrainable(Learner), FSDP2      RayLearnerGroup (learner_workers ranks)
-                  SparkTrainable around it (spark)    not yet (a ConfigError names the fix)
-    reward model  RewardModelLearner (co_evolve)      not yet (a ConfigError names the fix)
+                  SparkTrainable around it (spark)    around the in-process learner, beside Ray rollout workers;
+                                                      on Ray learner ranks not yet (a ConfigError names the fix)
+    reward model  RewardModelLearner (co_evolve)      RemoteRewardLearner (reward_model_worker), with or without
+                                                      Ray learner ranks, sync or async
     token RM      TokenRewardModel (in the learner)   not yet (a ConfigError names the fix)
 """
 
@@ -37,16 +39,16 @@ from rlvr.learner import (
     needs_teacher,
     needs_token_rm,
 )
-from rlvr.learner.reward_model import RewardModelLearner
+from rlvr.learner.reward_model import build_reward_learner
 from rlvr.learner.spark import SparkTrainable
 from rlvr.learner.token_rm import TokenRewardModel
 from rlvr.models import check_vocab, load_causal_lm, resolve_dtype
 from rlvr.models.lora import adapt_policy, lora_summary
-from rlvr.models.reward_head import load_reward_model, load_step_reward_model
+from rlvr.models.reward_head import load_step_reward_model
 from rlvr.models.vision import is_vision_checkpoint, load_vlm_for_training
 from rlvr.parallel import data_parallel as dp
 from rlvr.rewards import RewardContext, RewardFunction
-from rlvr.roles.protocols import Generator, LogProbModel, Trainable
+from rlvr.roles.protocols import Generator, LogProbModel, RewardLearner, Trainable
 from rlvr.rollout import HarnessRunner, build_engine, build_env_factory
 from rlvr.runtime import console
 from rlvr.tasks.base import uses_chat_template
@@ -66,7 +68,7 @@ class Roles:
     reference: LogProbModel | None = None  # inside the trainable; None when each Ray learner rank holds its own
     teacher: LogProbModel | None = None  # the same, for distillation (model.teacher_path)
     teacher_generator: Generator | None = None  # GKD's teacher outputs (sampling.off_policy=teacher): samples it
-    reward_learner: RewardModelLearner | None = None  # co_evolve: the second trainable role, a reward model
+    reward_learner: RewardLearner | None = None  # co_evolve: the second trainable role, a reward model (or its actor)
     env_factory: Any = None  # agent runs: one environment per episode, tools built once; or the HarnessRunner
     _opened: list[Any] = field(default_factory=list, repr=False)  # everything to close, in creation order
 
@@ -189,26 +191,23 @@ def place_teacher_generator(cfg: Config, tokenizer: Any, device: torch.device, d
     return build_engine(cfg.rollout.engine, cfg.rollout.engine_options, cfg.rollout.batch_size, model, tokenizer)
 
 
-def place_reward_learner(cfg: Config, tokenizer: Any, device: torch.device,
-                         dtype: torch.dtype) -> RewardModelLearner | None:
-    """co_evolve's reward model, in this process: `coevolve.rm_path` (else `model.path`) with a scalar head whose
-    initialisation is seeded by run.seed on its own RNG stream (the run's other random draws are untouched).
-    A resumed run loads its weights and optimizer from the checkpoint afterwards."""
+def place_reward_learner(cfg: Config, tokenizer: Any, device: torch.device, dtype: torch.dtype) -> RewardLearner | None:
+    """co_evolve's reward model: a Ray actor (`distributed.reward_model_worker`), or in this process. Both are
+    built by `build_reward_learner` (`coevolve.rm_path`, else `model.path`, with a scalar head seeded by run.seed
+    on its own RNG stream). A resumed run loads its weights and optimizer from the checkpoint afterwards."""
     co = cfg.coevolve
     if co is None or co.mode != "co_evolve":
         return None
     if dp.world_size() > 1:
         raise ConfigError("coevolve.mode: co_evolve's reward model is placed in one process only; run it without "
                           "torchrun (data-parallel placement of the reward model is not done yet)")
-    key = "coevolve.rm_path" if co.rm_path else "model.path"
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.run.seed)
-        model = load_reward_model(str(co.rm_path or cfg.model.path), dtype=dtype, device=device,
-                                  pad_token_id=int(tokenizer.pad_token_id),
-                                  trust_remote_code=cfg.model.trust_remote_code, key=key)
-    check_vocab(tokenizer, model)
-    return RewardModelLearner(model, int(tokenizer.pad_token_id), lr=co.rm_lr, updates=co.rm_updates,
-                              batch_size=co.rm_batch_size, seed=cfg.run.seed, grad_clip=cfg.optim.grad_clip)
+    if cfg.distributed.reward_model_worker:
+        from rlvr.distributed.ray_reward_model import RemoteRewardLearner
+
+        return RemoteRewardLearner(cfg, tokenizer)
+    learner = build_reward_learner(cfg, int(tokenizer.pad_token_id), device, dtype)
+    check_vocab(tokenizer, learner.model, key="coevolve.rm_path" if co.rm_path else "model.path")
+    return learner
 
 
 def context_length(policy: torch.nn.Module, tokenizer: Any) -> int:

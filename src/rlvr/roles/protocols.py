@@ -6,6 +6,7 @@ role can run in this process, on a torchrun rank or on Ray actors without the co
     LogProbModel   scores given tokens under a frozen model: the KL reference (a teacher next)
     Trainable      learns from groups: the policy learner with its critic
     RewardLearner  learns from (chosen, rejected) token pairs and scores token rows: co_evolve's reward model
+                   (in this process, or a Ray actor behind `RemoteRewardLearner`)
 """
 
 from __future__ import annotations
@@ -83,5 +84,7 @@ class RewardLearner(Protocol):
     def state_dict(self) -> dict[str, Any]: ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+    def hf_model(self) -> Any: ...
 
     def close(self) -> None: ...

@@ -164,7 +164,7 @@ def _finish(run: Run, before: dict[str, Any] | None, heartbeat: Heartbeat) -> Pa
     if dp.is_main():
         save_hf_dir(exportable(run.policy), run.saver, run.run_dir / "final")
         if run.roles.reward_learner is not None:  # co_evolve: the reward model, loadable by the reward_model scorer
-            save_hf_dir(run.roles.reward_learner.model, run.saver, run.run_dir / "final_rm")
+            save_hf_dir(run.roles.reward_learner.hf_model(), run.saver, run.run_dir / "final_rm")
     dp.barrier()
     heartbeat.doing("evaluating the trained model (eval.after)" if run.cfg.eval.after else "finishing")
     after = run.evaluate("after") if run.cfg.eval.after else None
