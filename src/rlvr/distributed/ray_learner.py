@@ -69,7 +69,7 @@ class LearnerWorker:
         import torch.distributed as dist
 
         from rlvr.learner import Learner, build_critic, needs_reference, needs_teacher
-        from rlvr.models import load_causal_lm, resolve_device, resolve_dtype
+        from rlvr.models import resolve_device, resolve_dtype
         from rlvr.models.lora import adapt_policy
         from rlvr.models.vision import load_lm_or_vlm
         from rlvr.runtime import seed_everything
@@ -98,7 +98,7 @@ class LearnerWorker:
                                        trust_remote_code=cfg.model.trust_remote_code, trainable=False)
         teacher = None
         if needs_teacher(cfg):
-            teacher = load_causal_lm(cfg.model.teacher_path, dtype=dtype, device=device,
+            teacher = load_lm_or_vlm(cfg.model.teacher_path, dtype=dtype, device=device, key="model.teacher_path",
                                      trust_remote_code=cfg.model.trust_remote_code, trainable=False)
         self.learner = Learner(policy, cfg, reference, build_critic(cfg, policy, dtype, device), teacher=teacher)
 

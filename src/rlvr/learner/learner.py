@@ -499,6 +499,8 @@ class Learner:
                 clip_frac=float(masked_mean(diag["clipped"], train_mask)) if "clipped" in diag else 0.0,
                 approx_kl_old=float(masked_mean(0.5 * log_ratio.square(), mb.mask)),
             )
+            if "teacher_kl" in diag:  # KDRL: its reverse-KL estimate to the teacher, over every response token
+                stats["teacher_kl"] = float(masked_mean(diag["teacher_kl"], mb.mask))
             if v_loss is not None:
                 stats["value_loss"] = float(v_loss.detach())
         engine_logprobs = mb.behaviour_logprobs if mb.behaviour_logprobs is not None else \

@@ -45,7 +45,7 @@ from rlvr.learner.token_rm import TokenRewardModel
 from rlvr.models import check_vocab, load_causal_lm, resolve_dtype
 from rlvr.models.lora import adapt_policy, lora_summary
 from rlvr.models.reward_head import load_step_reward_model
-from rlvr.models.vision import is_vision_checkpoint, load_vlm_for_training
+from rlvr.models.vision import is_vision_checkpoint, load_lm_or_vlm, load_vlm_for_training
 from rlvr.parallel import data_parallel as dp
 from rlvr.rewards import RewardContext, RewardFunction
 from rlvr.roles.protocols import Generator, LogProbModel, RewardLearner, Trainable
@@ -283,6 +283,7 @@ def place_teacher(cfg: Config, device: torch.device, dtype: torch.dtype) -> LogP
         from rlvr.distributed.ray_groups import RemoteReference
 
         return RemoteReference(cfg, cfg.model.teacher_path)
-    model = load_causal_lm(cfg.model.teacher_path, dtype=dtype, device=device,
+    # a vision-language teacher (image tasks: it scores the sampled tokens given the same images) or an LM
+    model = load_lm_or_vlm(cfg.model.teacher_path, dtype=dtype, device=device,
                            trust_remote_code=cfg.model.trust_remote_code, trainable=False, key="model.teacher_path")
     return LocalLogProbModel(model, cfg.train.micro_batch_size, cfg.train.pack_tokens)
