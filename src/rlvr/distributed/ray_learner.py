@@ -12,6 +12,13 @@ Weights: after each update rank 0 returns its state dict through the Ray object 
 it into its own copy of the policy (checkpoints, reward terms that read the policy) and broadcasts it to the
 rollout workers (`RayEngine.sync_weights`). Checkpoints hold rank 0's learner state, which every rank shares.
 
+spark (`coevolve.mode: spark`, `rlvr.learner.spark`): the controller builds the step's judge examples from the
+whole batch (it has every group and label) and hands each rank that has groups its share: mini-batch j's examples
+are the ones a single process would add to mini-batch j, dealt round-robin over the ranks (`deal_judge_examples`),
+and each rank weighs them by the whole batch's per-kind counts, so the all-reduced gradient is the single
+process's. The ranks send back each example's NLL and verdict, and the controller computes the `rm/` metrics.
+The label-free judgement is read from the controller's copy of the policy (synced after every update).
+
 A learner rank that dies leaves the others blocked in a collective, so there is no in-place recovery: the group
 is torn down and the run stops with an error naming its newest complete checkpoint; `rlvr train --resume`
 continues from it.
