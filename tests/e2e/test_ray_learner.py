@@ -86,6 +86,52 @@ def test_two_learner_ranks_make_the_single_process_update(ray_runtime, tiny_mode
         group.close()
 
 
+@pytest.mark.slow
+def test_spark_on_two_learner_ranks_makes_the_single_process_update(ray_runtime, tiny_model_dir):
+    """spark's judge examples (every objective) dealt over 2 ranks: the update, the judge metrics and, on the
+    next (label-free) step, the self-judged rewards are the single-process SparkTrainable's."""
+    from rlvr.learner.spark import SparkTrainable
+    from rlvr.learner.step import LocalTrainable
+    from rlvr.models import load_tokenizer
+
+    cfg = Config.model_validate({
+        "model": {"path": str(tiny_model_dir)},
+        "train": {"steps": 5, "micro_batch_size": 2, "mini_batches": 1},
+        "optim": {"lr": 1e-2, "grad_clip": 0.5}, "rollout": {"n": 2},
+        "coevolve": {"mode": "spark", "objectives": ["pointwise", "pairwise", "reflection"],
+                     "self_reward": {"after": 1}},
+        "distributed": {"backend": "ray", "learner_workers": 2, "cpus_per_learner_worker": 0.5},
+    })
+    tok = load_tokenizer(tiny_model_dir)
+    local = SparkTrainable(LocalTrainable(Learner(load_causal_lm(tiny_model_dir), cfg), 0), cfg.coevolve, tok, 0)
+    controller = load_causal_lm(tiny_model_dir)  # the controller's copy: it reads the label-free judgement
+    group = RayLearnerGroup(cfg, str(tiny_model_dir), pad_id=0)
+    remote = SparkTrainable(group, cfg.coevolve, tok, 0, judge_model=controller)
+    try:
+        expected, got = local.learn(_groups(3)), remote.learn(_groups(3))  # step 1: policy + judge loss
+        assert expected["rm/examples"] == 6 and expected["rm/pairwise_examples"] == 3  # each group: 1 right, 1 wrong
+        assert expected["rm/reflection_examples"] == 3
+        for key in ("rm/examples", "rm/pairwise_examples", "rm/reflection_examples", "rm/accuracy",
+                    "rm/pairwise_accuracy", "train_tokens"):
+            assert got[key] == expected[key], key
+        for key in ("rm/loss", "rm/pairwise_loss", "rm/reflection_loss"):  # per-example NLLs, other padding
+            assert got[key] == pytest.approx(expected[key], rel=1e-5), key
+        for key in ("grad_norm", "pg_loss", "entropy"):  # as the other learner-rank tests
+            assert got[key] == pytest.approx(expected[key], rel=1e-4, abs=1e-6), key
+        group.pull_weights(controller)
+        for k, v in local.learner.model.state_dict().items():
+            assert torch.allclose(controller.state_dict()[k], v, atol=1e-5), k
+        local_groups, remote_groups = _groups(3), _groups(3)
+        expected, got = local.learn(local_groups), remote.learn(remote_groups)  # step 2: label-free
+        assert expected["self_reward/step"] == got["self_reward/step"] == 1.0 and "rm/loss" not in got
+        assert [s.reward for g in remote_groups for s in g.samples] == pytest.approx(
+            [s.reward for g in local_groups for s in g.samples], rel=1e-4)
+        assert got["grad_norm"] == pytest.approx(expected["grad_norm"], rel=1e-4, abs=1e-6)
+        assert group.updates == group.state_dict()["updates"] == 2  # the count spark seeds its steps with
+    finally:
+        group.close()
+
+
 def test_groups_are_dealt_whole_longest_first_to_the_least_loaded_rank():
     groups = random_groups(5, seed=0, length=lambda g, i: 1 + 4 * g)  # group g: 2 samples of 1 + 4g tokens
     dealt = deal_groups(groups, 2)

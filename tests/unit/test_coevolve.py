@@ -16,6 +16,7 @@ from rlvr.learner.spark import (
     Example,
     JudgeObjective,
     SparkTrainable,
+    deal_judge_examples,
     pairwise_examples,
     pointwise_examples,
     reflection_examples,
@@ -149,8 +150,6 @@ def test_a_lost_reward_model_stops_scoring_instead_of_scoring_zero():
 @pytest.mark.parametrize("overrides, message", [
     (["rewards=[{name: correctness}, {name: learned_rm}]"], "set coevolve.mode=co_evolve"),
     (["coevolve.mode=spark", "rewards=[{name: format}]"], "add {name: correctness, weight: 0}"),
-    (["coevolve.mode=spark", "distributed.backend=ray", "distributed.learner_workers=2"],
-     "set distributed.learner_workers=0"),
     (["coevolve.mode=co_evolve", "distributed.reward_model_worker=true"], "set distributed.backend=ray"),
     (["coevolve.mode=spark", "distributed.backend=ray", "distributed.reward_model_worker=true"],
      "set reward_model_worker=false, or coevolve.mode=co_evolve"),
@@ -171,6 +170,7 @@ def test_co_evolve_on_ray_is_a_valid_config(overrides):
     cfg = load_config("recipes/co_evolve.yaml", overrides)
     assert cfg.distributed.reward_model_worker == ("distributed.reward_model_worker=true" in overrides)
     load_config("recipes/spark.yaml", ["distributed.backend=ray", "distributed.mode=async"])  # beside Ray rollouts
+    load_config("recipes/spark.yaml", ["distributed.backend=ray", "distributed.learner_workers=2"])  # on its ranks
 
 
 def test_spark_verdicts_must_start_with_different_tokens(tiny_model_dir):
@@ -238,6 +238,71 @@ def test_judge_objective_weighs_each_objective_as_its_mean_nll(tiny_model_dir):
     assert m["rm/pairwise_accuracy"] == float(first[50] > first[51])
     assert m["rm/pairwise_accuracy_first"] == m["rm/pairwise_accuracy"] and "rm/pairwise_accuracy_second" not in m
     assert m["rm/reflection_loss"] == pytest.approx(reflect, rel=1e-5) and "rm/reflection_accuracy" not in m
+
+
+def test_judge_examples_are_dealt_per_mini_batch_then_round_robin_over_ranks():
+    # one process: mini-batch 0 trains examples 0, 2, 4, 6 and mini-batch 1 trains 1, 3, 5
+    assert deal_judge_examples(7, mini_batches=2, ranks=2) == [[[0, 4], [1, 5]], [[2, 6], [3]]]
+    assert deal_judge_examples(2, mini_batches=1, ranks=3) == [[[0]], [[1]], [[]]]  # a rank with none
+    assert deal_judge_examples(0, mini_batches=2, ranks=1) == [[[], []]]
+
+
+def test_rank_shares_weighted_by_global_counts_sum_to_the_single_process_judge_loss(tiny_model_dir):
+    """Two 'ranks' (shares of one model's gradient) against one process, 2 mini-batches: the summed gradient,
+    the summed loss and the merged metrics are the single process's (fp32, a few hundred terms)."""
+    examples = [Example("pointwise", [5, 6, 7], [40], 1, 41), Example("pointwise", [9, 10], [41], 0, 40),
+                Example("pairwise", [5, 70, 8, 71, 9, 72], [50], 1, 51), Example("pointwise", [11], [40], 1, 41),
+                Example("reflection", [5, 8, 80], [12, 13, 0]), Example("pairwise", [6, 70, 9, 71, 8, 72], [51], 0, 50),
+                Example("pointwise", [12, 13, 14, 15], [41], 0, 40)]
+
+    def grads(model):
+        return torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.grad is not None])
+
+    model = load_causal_lm(tiny_model_dir)
+    one = JudgeObjective(examples, pad_id=0, coef=0.5)
+    loss = sum(one.backward(model, j, 2) for j in range(2))
+    expected = grads(model)
+    model.zero_grad(set_to_none=True)
+    whole = JudgeObjective(examples, pad_id=0, coef=0.5)  # the controller's: it only counts and merges
+    assert whole.counts == {"pointwise": 4, "pairwise": 2, "reflection": 1}
+    ranks = [JudgeObjective([], 0, 0.5, counts=whole.counts, shares=[[(i, examples[i]) for i in part] for part in mine])
+             for mine in deal_judge_examples(len(examples), 2, 2)]
+    got = sum(r.backward(model, j, 2) for j in range(2) for r in ranks)  # grads accumulate: the all-reduce sum
+    assert got == pytest.approx(loss, rel=1e-5)
+    torch.testing.assert_close(grads(model), expected, rtol=1e-4, atol=1e-6)
+    whole.record([rec for r in reversed(ranks) for rec in r.records()], mini_batches=2)
+    assert [i for i, *_ in whole.seen] == [i for i, *_ in one.seen] == [0, 2, 4, 6, 1, 3, 5]
+    assert whole.metrics() == pytest.approx(one.metrics(), rel=1e-5)
+
+
+def test_spark_over_learner_ranks_seeds_its_step_with_the_groups_mirrored_update_count(tiny_model_dir):
+    """Resume on learner ranks: the group mirrors rank 0's update count from the state it loads, and spark draws
+    that step's examples and self-reward decision from it, as the in-process learner's count does."""
+    from rlvr.distributed.ray_learner import RayLearnerGroup
+    from rlvr.models import load_tokenizer
+
+    cfg = load_config("recipes/spark.yaml", ["coevolve.objectives=[pointwise, pairwise]",
+                                             "coevolve.self_reward={after: 4, share: 1.0}"]).coevolve
+    tok, model = load_tokenizer(tiny_model_dir), load_causal_lm(tiny_model_dir)
+    loaded = []
+    fake_ray = SimpleNamespace(put=lambda x: x, wait=lambda refs, num_returns: (refs[:1], refs[1:]),
+                               get=lambda ref: ref, exceptions=SimpleNamespace(RayActorError=RuntimeError))
+    actor = SimpleNamespace(load_state_dict=SimpleNamespace(remote=lambda state: loaded.append(state)))
+    group = RayLearnerGroup.__new__(RayLearnerGroup)  # no actors started: only the bookkeeping is tested
+    group.ray, group.actors, group.updates, group.pad_id = fake_ray, [actor, actor], 0, 0
+    judged = []
+    group.learn = lambda groups, judge=None: judged.append(judge) or {"grad_norm": 1.0}
+    group.load_state_dict({"updates": 3})
+    assert group.updates == 3 and len(loaded) == 2
+    spark = SparkTrainable(group, cfg, tok, seed=7, judge_model=model)
+    batch = [_group(0, [([40, 41], True), ([42], False)]), _group(1, [([43], False), ([44], True)], prompt=(9,))]
+    spark.learn(batch)  # step 4: judged, seeded as the in-process spark at 3 updates
+    local = SparkTrainable(SimpleNamespace(learner=SimpleNamespace(model=model, updates=3), pad_id=0), cfg, tok,
+                           seed=7)
+    assert judged[0].examples == local.examples(batch, 7 * 1_000_003 + 4)
+    group.updates = 4
+    out = spark.learn(batch)  # step 5: label-free, judged by the controller's policy
+    assert judged[1] is None and out["self_reward/step"] == 1.0
 
 
 def test_self_reward_steps_replace_the_reward_by_the_policys_own_judgement(tiny_model_dir):

@@ -121,9 +121,4 @@ def coevolve_problems(cfg: Config) -> list[str]:
         problems.append(f"coevolve.mode: {co.mode} learns from the verifier's labels, and rewards has no "
                         f"`correctness` ({', '.join(names)}); add {{name: correctness, weight: 0}} to log them "
                         "without training on them")
-    d = cfg.distributed
-    if co.mode == "spark" and d.learner_workers:
-        problems.append("distributed.learner_workers: spark's judge loss runs in the controller's learner only; "
-                        "set distributed.learner_workers=0 (Ray rollout workers are fine; spark on Ray learner "
-                        "ranks is not done yet)")
     return problems

@@ -12,6 +12,13 @@ Weights: after each update rank 0 returns its state dict through the Ray object 
 it into its own copy of the policy (checkpoints, reward terms that read the policy) and broadcasts it to the
 rollout workers (`RayEngine.sync_weights`). Checkpoints hold rank 0's learner state, which every rank shares.
 
+spark (`coevolve.mode: spark`, `rlvr.learner.spark`): the controller builds the step's judge examples from the
+whole batch (it has every group and label) and hands each rank that has groups its share: mini-batch j's examples
+are the ones a single process would add to mini-batch j, dealt round-robin over the ranks (`deal_judge_examples`),
+and each rank weighs them by the whole batch's per-kind counts, so the all-reduced gradient is the single
+process's. The ranks send back each example's NLL and verdict, and the controller computes the `rm/` metrics.
+The label-free judgement is read from the controller's copy of the policy (synced after every update).
+
 A learner rank that dies leaves the others blocked in a collective, so there is no in-place recovery: the group
 is torn down and the run stops with an error naming its newest complete checkpoint; `rlvr train --resume`
 continues from it.
@@ -102,14 +109,26 @@ class LearnerWorker:
                                      trust_remote_code=cfg.model.trust_remote_code, trainable=False)
         self.learner = Learner(policy, cfg, reference, build_critic(cfg, policy, dtype, device), teacher=teacher)
 
-    def learn(self, groups: list[Group], pad_id: int) -> tuple[dict[str, float], list[Any]]:
-        """One RL update on this rank's groups; returns its metrics and each sample's advantage, in order."""
+    def learn(self, groups: list[Group], pad_id: int, judge: dict[str, Any] | None = None,
+              ) -> tuple[dict[str, float], list[Any], list[Any]]:
+        """One RL update on this rank's groups; returns its metrics, each sample's advantage, in order, and
+        (spark) the records of the judge examples it trained. `judge` holds this rank's share of spark's judge
+        examples per mini-batch and the whole batch's per-kind counts (`SparkTrainable`, `deal_judge_examples`)."""
         from rlvr.learner import learn_on
+        from rlvr.learner.spark import JudgeObjective
 
         if not groups:
-            return self.learner.idle_update(), []
-        stats = learn_on(self.learner, groups, pad_id)
-        return stats, [s.advantage for g in groups for s in g.samples]
+            return self.learner.idle_update(), [], []
+        objective = None
+        if judge is not None:
+            objective = JudgeObjective([], judge["pad_id"], judge["coef"], counts=judge["counts"],
+                                       shares=judge["shares"])
+        self.learner.auxiliary = objective
+        try:
+            stats = learn_on(self.learner, groups, pad_id)
+        finally:
+            self.learner.auxiliary = None
+        return stats, [s.advantage for g in groups for s in g.samples], objective.records() if objective else []
 
     def weights(self) -> dict[str, torch.Tensor]:
         """What changed in an update: the adapters (and fully trained modules) with LoRA, else every weight."""
@@ -187,6 +206,7 @@ class RayLearnerGroup:
         self.cfg, self.pad_id = cfg, pad_id
         self.reference = None  # each rank holds its own
         self._calls = 0
+        self.updates = 0  # rank 0's update count, mirrored (spark seeds its judge examples with it)
         d = cfg.distributed
         world = d.learner_workers
         threads = max(1, int(d.cpus_per_learner_worker)) if d.gpus_per_learner_worker == 0 else None
@@ -221,22 +241,40 @@ class RayLearnerGroup:
                                         "a data-parallel group cannot continue without it") from None
         return [out[r] for r in refs]
 
-    def learn(self, groups: list[Group]) -> dict[str, float]:
-        """Deal the groups to the ranks, update, and write each sample's advantage back (for logs)."""
+    def learn(self, groups: list[Group], judge: Any = None) -> dict[str, float]:
+        """Deal the groups to the ranks, update, and write each sample's advantage back (for logs).
+
+        `judge` (spark's `JudgeObjective` for this update): its examples are dealt over the ranks that have
+        groups, mini-batch by mini-batch as one process slices them (`deal_judge_examples`), each rank weighing
+        them by the whole batch's per-kind counts, so the summed gradient is the single process's; the ranks'
+        records (loss, accuracy) come back into `judge`, in the single process's order."""
         if not groups:  # as the in-process learner: an update needs samples (idle ranks are for uneven deals)
             raise ValueError("cannot build a batch from zero samples")
         self._calls += 1
         if faults.armed("kill", "learner", self._calls):  # a learner node dying mid-run
             self.ray.kill(self.actors[-1], no_restart=True)
         dealt = deal_groups(groups, len(self.actors))
-        refs = [a.learn.remote([groups[i] for i in idx], self.pad_id) for a, idx in zip(self.actors, dealt)]
+        shares: list[Any] = [None] * len(self.actors)
+        mini_batches = min(self.cfg.train.mini_batches, len(groups))  # one process's non-empty mini-batches
+        if judge is not None and judge.examples:
+            from rlvr.learner.spark import deal_judge_examples
+
+            active = [r for r, idx in enumerate(dealt) if idx]  # an idle rank runs no auxiliary loss
+            for r, rank_share in zip(active, deal_judge_examples(len(judge.examples), mini_batches, len(active))):
+                shares[r] = {"pad_id": judge.pad_id, "coef": judge.coef, "counts": judge.counts,
+                             "shares": [[(i, judge.examples[i]) for i in part] for part in rank_share]}
+        refs = [a.learn.remote([groups[i] for i in idx], self.pad_id, share)
+                for a, idx, share in zip(self.actors, dealt, shares)]
         results = self._gather(refs, "training")
-        for idx, (_, advantages) in zip(dealt, results):
+        self.updates += 1
+        if judge is not None:
+            judge.record([rec for _, _, records in results for rec in records], mini_batches)
+        for idx, (_, advantages, _) in zip(dealt, results):
             samples = [s for i in idx for s in groups[i].samples]
             for sample, adv in zip(samples, advantages):
                 sample.advantage = adv
         response_tokens = [sum(len(s.response_ids) for i in idx for s in groups[i].samples) for idx in dealt]
-        return combine_stats([stats for stats, _ in results], [float(t) for t in response_tokens])
+        return combine_stats([stats for stats, _, _ in results], [float(t) for t in response_tokens])
 
     def pull_weights(self, model: torch.nn.Module) -> None:
         """Load rank 0's weights into the controller's copy of the policy."""
@@ -252,6 +290,7 @@ class RayLearnerGroup:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         ref = self.ray.put(state)
         self._gather([a.load_state_dict.remote(ref) for a in self.actors], "loading its state")
+        self.updates = int(state.get("updates", 0))
 
     def reset_reference(self) -> None:
         self._gather([a.reset_reference.remote() for a in self.actors], "resetting the reference")

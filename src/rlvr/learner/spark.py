@@ -145,23 +145,49 @@ def reflection_examples(groups: list[Group], reflection_ids: list[int], eos_id: 
     return pool[:max_examples]
 
 
+def deal_judge_examples(num_examples: int, mini_batches: int, ranks: int) -> list[list[list[int]]]:
+    """Which judge examples each data-parallel rank trains in each mini-batch: `out[r][j]` lists the indices
+    rank r adds to mini-batch j. Mini-batch j's examples are those one process gives it (indices j, j + n,
+    j + 2n, ... for n = `mini_batches`), dealt round-robin over the ranks, so the ranks together train exactly
+    the single process's set in every optimizer step."""
+    out: list[list[list[int]]] = [[[] for _ in range(mini_batches)] for _ in range(ranks)]
+    for j in range(mini_batches):
+        for k, i in enumerate(range(j, num_examples, mini_batches)):
+            out[k % ranks][j].append(i)
+    return out
+
+
 class JudgeObjective:
     """One update's judge loss, handed out in shares: `backward(model, j, n)` trains on the j-th of n slices of
     the examples and records their accuracy before that step. Each objective (kind) weighs 1 in the sum: an
     example's per-token mean NLL is divided by its kind's example count, so the shares add up to
-    coef * sum over kinds of the kind's mean NLL."""
+    coef * sum over kinds of the kind's mean NLL.
 
-    def __init__(self, examples: list[Example], pad_id: int, coef: float):
-        self.examples, self.pad_id, self.coef = examples, pad_id, coef
-        self.counts: dict[str, int] = {}
-        for ex in examples:
-            self.counts[ex.kind] = self.counts.get(ex.kind, 0) + 1
-        self.seen: list[tuple[Example, float, float | None]] = []  # (example, its mean NLL, right 1/0 or None)
+    On a data-parallel rank, `shares[j]` lists the (index, example) pairs this rank adds to mini-batch j and
+    `counts` are the whole batch's per-kind counts (not the rank's), so the ranks' summed gradients and losses
+    are the single process's; the controller merges the ranks' records with `record`."""
+
+    def __init__(self, examples: list[Example], pad_id: int, coef: float, counts: dict[str, int] | None = None,
+                 shares: list[list[tuple[int, Example]]] | None = None):
+        self.examples, self.pad_id, self.coef, self.shares = examples, pad_id, coef, shares
+        if counts is None:
+            counts = {}
+            for ex in examples:
+                counts[ex.kind] = counts.get(ex.kind, 0) + 1
+        self.counts: dict[str, int] = dict(counts)
+        # (index in examples, example, its mean NLL, right 1/0 or None), in the order they were trained
+        self.seen: list[tuple[int, Example, float, float | None]] = []
+
+    def _share(self, index: int, count: int) -> list[tuple[int, Example]]:
+        if self.shares is not None:
+            return self.shares[index] if index < len(self.shares) else []
+        return [(i, self.examples[i]) for i in range(index, len(self.examples), count)]
 
     def backward(self, model: torch.nn.Module, index: int, count: int) -> float:
-        share = self.examples[index::count]
-        if not share:
+        indexed = self._share(index, count)
+        if not indexed:
             return 0.0
+        share = [ex for _, ex in indexed]
         device = next(model.parameters()).device
         rows = [ex.context + ex.target[:-1] for ex in share]
         width = max(len(r) for r in rows)
@@ -183,12 +209,21 @@ class JudgeObjective:
             loss = self.coef * (weights * nll).sum()
             if self.coef > 0:
                 loss.backward()
-        for ex, value, first in zip(share, nll.detach().cpu().tolist(), firsts):
+        for (i, ex), value, first in zip(indexed, nll.detach().cpu().tolist(), firsts):
             right = None
             if ex.alt is not None:
                 right = float(bool(first[ex.target[0]] > first[ex.alt]))
-            self.seen.append((ex, value, right))
+            self.seen.append((i, ex, value, right))
         return float(loss.detach())
+
+    def records(self) -> list[tuple[int, float, float | None]]:
+        """What a rank sends back: (index, mean NLL, right) of each example it trained."""
+        return [(i, v, r) for i, _, v, r in self.seen]
+
+    def record(self, records: list[tuple[int, float, float | None]], mini_batches: int) -> None:
+        """The ranks' records, in the order one process with `mini_batches` slices trains them."""
+        ordered = sorted(records, key=lambda rec: (rec[0] % mini_batches, rec[0] // mini_batches))
+        self.seen = [(i, self.examples[i], v, r) for i, v, r in ordered]
 
     def metrics(self) -> dict[str, float]:
         out: dict[str, float] = {"rm/examples": float(self.counts.get("pointwise", 0))}
@@ -196,7 +231,7 @@ class JudgeObjective:
             if kind != "pointwise":
                 out[f"rm/{kind}_examples"] = float(count)
         for kind, prefix in (("pointwise", "rm/"), ("pairwise", "rm/pairwise_"), ("reflection", "rm/reflection_")):
-            seen = [(ex, v, r) for ex, v, r in self.seen if ex.kind == kind]
+            seen = [(ex, v, r) for _, ex, v, r in self.seen if ex.kind == kind]
             if not seen:
                 continue
             out[f"{prefix}loss"] = sum(v for _, v, _ in seen) / len(seen)
@@ -254,12 +289,19 @@ def self_judge(model: torch.nn.Module, rows: list[list[int]], yes_id: int, no_id
 
 
 class SparkTrainable:
-    """The policy learner (a `LocalTrainable`) whose every update also trains the policy as its own judge, and
-    which, on label-free steps, rewards the policy with its own judgement instead of the verifier's."""
+    """The policy learner whose every update also trains the policy as its own judge, and which, on label-free
+    steps, rewards the policy with its own judgement instead of the verifier's.
 
-    def __init__(self, inner: LocalTrainable, cfg: CoEvolveConfig, tokenizer: Any, seed: int):
+    `inner` is a `LocalTrainable` (the judge loss is the learner's `auxiliary`), or a `RayLearnerGroup` (data-
+    parallel ranks: `inner.learn(groups, judge=...)` deals the examples to the ranks and merges their records).
+    With Ray ranks the label-free judgement is read from `judge_model`, the controller's copy of the policy,
+    which holds the ranks' weights after every update (`pull_weights`), so no rank waits on an extra call."""
+
+    def __init__(self, inner: LocalTrainable | Any, cfg: CoEvolveConfig, tokenizer: Any, seed: int,
+                 judge_model: torch.nn.Module | None = None):
         self.inner, self.cfg, self.seed = inner, cfg, seed
-        self.learner: Learner = inner.learner
+        self.learner: Learner | None = getattr(inner, "learner", None)
+        self.judge_model = judge_model  # None: the in-process learner's model
 
         def ids(text: str) -> list[int]:
             return list(tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -297,7 +339,8 @@ class SparkTrainable:
         """A label-free step: each sample's reward becomes the policy's own judgement of it."""
         samples = [s for g in groups for s in g.samples if not s.excluded]
         rows = [list(s.prompt_ids) + _answer(s, self.eos_id) + self.question_ids for s in samples]
-        probs = self_judge(self.learner.model, rows, self.yes_id, self.no_id, self.pad_id) if rows else []
+        model = self.judge_model if self.judge_model is not None else self.learner.model  # type: ignore[union-attr]
+        probs = self_judge(model, rows, self.yes_id, self.no_id, self.pad_id) if rows else []
         verdict = self.cfg.self_reward is not None and self.cfg.self_reward.signal == "verdict"
         agree, values = [], []
         for s, p in zip(samples, probs):
@@ -314,19 +357,27 @@ class SparkTrainable:
             out["self_reward/agreement"] = sum(agree) / len(agree)  # with the (unused) verifier
         return out
 
+    @property
+    def updates(self) -> int:
+        """Updates so far: the learner's checkpointed count (learner ranks: the group's mirror of rank 0's)."""
+        return self.learner.updates if self.learner is not None else int(self.inner.updates)
+
     def learn(self, groups: list[Group]) -> dict[str, float]:
-        step = self.learner.updates + 1  # the learner checkpoints its update count: a resumed run agrees
+        step = self.updates + 1  # the learner checkpoints its update count: a resumed run agrees
         if self_reward_step(self.cfg, self.seed, step):
             extra = self.apply_self_reward(groups)
             return {**self.inner.learn(groups), **extra}
         # seeded by the update count the learner checkpoints, so a resumed run draws the same examples
         examples = self.examples(groups, self.seed * 1_000_003 + step)
         objective = JudgeObjective(examples, self.pad_id, self.cfg.coef)
-        self.learner.auxiliary = objective if examples else None
-        try:
-            metrics = self.inner.learn(groups)
-        finally:
-            self.learner.auxiliary = None
+        if self.learner is None:  # learner ranks: the group deals the examples and merges what the ranks saw
+            metrics = self.inner.learn(groups, judge=objective if examples else None)
+        else:
+            self.learner.auxiliary = objective if examples else None
+            try:
+                metrics = self.inner.learn(groups)
+            finally:
+                self.learner.auxiliary = None
         out = {**metrics, **objective.metrics()}
         if self.cfg.self_reward is not None:
             out["self_reward/step"] = 0.0

@@ -11,8 +11,8 @@ reads `distributed.*`.
     teacher       LocalLogProbModel (in the learner)  RemoteReference (reference_worker), or one per learner rank
     teacher gen.  build_engine over the teacher         in the controller's process (GKD's teacher outputs)
     trainable     LocalTrainable(Learner), FSDP2      RayLearnerGroup (learner_workers ranks)
-                  SparkTrainable around it (spark)    around the in-process learner, beside Ray rollout workers;
-                                                      on Ray learner ranks not yet (a ConfigError names the fix)
+                  SparkTrainable around it (spark)    around the in-process learner or the RayLearnerGroup (each
+                                                      rank trains its share of the judge examples)
     reward model  RewardModelLearner (co_evolve)      RemoteRewardLearner (reward_model_worker), with or without
                                                       Ray learner ranks, sync or async
     token RM      TokenRewardModel (in the learner)   not yet (a ConfigError names the fix)
@@ -142,6 +142,9 @@ def _place(cfg: Config, tokenizer: Any, device: torch.device, checkpoint: Path |
         from rlvr.distributed.ray_learner import RayLearnerGroup
 
         trainable = RayLearnerGroup(cfg, weights, tokenizer.pad_token_id)
+        if cfg.coevolve is not None and cfg.coevolve.mode == "spark":  # judge examples dealt over the ranks;
+            # label-free steps read the controller's copy of the policy, synced after every update
+            trainable = SparkTrainable(trainable, cfg.coevolve, tokenizer, cfg.run.seed, judge_model=policy)
     else:
         learner_model = policy
         if d.learner == "fsdp2" and dp.world_size() > 1:  # a sharded copy trains; `policy` stays whole
