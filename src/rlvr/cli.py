@@ -254,6 +254,10 @@ def eval_cmd(
     max_dead_ends: Annotated[Optional[int], typer.Option("--max-dead-ends", help="--sft-mode traversal: at "
                                                          "most this many dead ends per row, the last ones "
                                                          "before the answer (default 2).")] = None,
+    traversal_loss: Annotated[Optional[str], typer.Option("--traversal-loss", help="--sft-mode traversal: all "
+                                                          "(default: SFT on the whole traversal) or final (the "
+                                                          "dead ends go into the prompt: loss only on the last "
+                                                          "backtrack and the answer).")] = None,
 ) -> None:
     """Evaluate a model on a task's held-out split: unbiased pass@k, accuracy, mean length.
 
@@ -271,7 +275,7 @@ def eval_cmd(
     try:
         cfg = load_config(config, [*_eval_overrides(n, ks, model_dir, task, temperature, size), *(overrides or [])])
         run_eval(cfg, model_dir, out, split=split, sft_out=sft_out, sft_mode=sft_mode, backtrack=backtrack,
-                 max_dead_ends=max_dead_ends)
+                 max_dead_ends=max_dead_ends, traversal_loss=traversal_loss)
     except _user_errors() as err:
         _fail(err)
 

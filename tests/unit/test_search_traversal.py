@@ -101,10 +101,15 @@ def test_traversal_row_jsonl_round_trip_into_rlvr_sft(tok, tmp_path):
     text = "2+3=6;6|A:7 <back> 2+3=5;5|A:4 <back> 2+3=5;5|A:5"
     assert row == {"prompt": "2+3=", "response": text, "correct": True, "value": 1.0, "prompt_id": "p1",
                    "answer": "5", "difficulty": 1, "search": "mcts", "select": "verifier", "step": 0,
-                   "length": 52, "sft_mode": "traversal",
+                   "length": 52, "sft_mode": "traversal", "loss": "all",
                    "traversal": {"backtracks": 2, "backtrack_at": [11, 30], "segment_rewards": [0.0, 0.0, 1.0],
                                  "visits": [1, 2, 3], "returns_to": [0, 0, 8], "return_depth": [0, 0, 1],
                                  "dropped": 1, "attempts": 4, "answer": "2+3=5;5|A:5", "marker": " <back> "}}
+    # --traversal-loss final: the dead ends join the prompt; the response is the last backtrack + the answer
+    final = search_traversal_row(record, "2+3=", res.attempts(), answer, True, tok, settings,
+                                 TraversalSpec(loss="final"), tree=res.tree)
+    assert final["prompt"] == "2+3=2+3=6;6|A:7 <back> 2+3=5;5|A:4" and final["response"] == " <back> 2+3=5;5|A:5"
+    assert final["loss"] == "final" and final["traversal"] == row["traversal"]
     path = write_sft_rows([row], tmp_path / "trav.jsonl")
     assert [json.loads(line) for line in path.read_text().splitlines()] == [row]
     assert rollout_examples(path)[0] == [("2+3=", text)]
@@ -231,6 +236,10 @@ def test_sft_mode_errors_name_the_option(tmp_path):
         run_eval(cfg, "builtin", None, split="train", sft_out=out, sft_mode="traversal", backtrack="  ")
     with pytest.raises(ConfigError, match="--max-dead-ends: expected >= 0"):
         run_eval(cfg, "builtin", None, split="train", sft_out=out, sft_mode="traversal", max_dead_ends=-1)
+    with pytest.raises(ConfigError, match="--traversal-loss: only used"):
+        run_eval(cfg, "builtin", None, split="train", sft_out=out, traversal_loss="final")
+    with pytest.raises(ConfigError, match="--traversal-loss: expected all"):
+        run_eval(cfg, "builtin", None, split="train", sft_out=out, sft_mode="traversal", traversal_loss="dead")
     vote = load_config(None, ["search.name=mcts", "search.max_tokens=100", "search.select=vote", "eval.size=2"])
     with pytest.raises(ConfigError, match="search.select: --sft-mode traversal"):
         run_eval(vote, "builtin", None, split="train", sft_out=out, sft_mode="traversal")

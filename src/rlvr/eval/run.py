@@ -33,14 +33,14 @@ def check_eval_model(cfg: Config, task: Any, model_path: str, key: str = "MODEL_
 
 def run_eval(cfg: Config, model_path: str, out: Path | None, *, key: str = "MODEL_DIR", split: str = "heldout",
              sft_out: Path | None = None, sft_mode: str = "best", backtrack: str | None = None,
-             max_dead_ends: int | None = None) -> dict[str, Any]:
+             max_dead_ends: int | None = None, traversal_loss: str | None = None) -> dict[str, Any]:
     """Evaluate `model_path` on the held-out split of `cfg`'s task (or its training split, `split="train"`);
     `key` names the model in error messages. With a search section and `sft_out`, each problem's searched
     answer is also written there as SFT data (docs/search.md); with `sft_mode="traversal"` the search's
     traversal up to it (dead ends, each followed by the `backtrack` marker, at most `max_dead_ends`)."""
     if split not in ("heldout", "train"):
         raise ConfigError(f"--split: expected heldout or train; got '{split}'")
-    traversal = _traversal_spec(cfg, sft_out, sft_mode, backtrack, max_dead_ends)
+    traversal = _traversal_spec(cfg, sft_out, sft_mode, backtrack, max_dead_ends, traversal_loss)
     if sft_out is not None and cfg.search is None:
         raise ConfigError("--sft-out: SFT data is built from searched trees; add a search section, e.g. "
                           "search.name=mcts search.max_tokens=400")
@@ -122,7 +122,7 @@ def run_eval(cfg: Config, model_path: str, out: Path | None, *, key: str = "MODE
 
 
 def _traversal_spec(cfg: Config, sft_out: Path | None, sft_mode: str, backtrack: str | None,
-                    max_dead_ends: int | None) -> Any:
+                    max_dead_ends: int | None, loss: str | None = None) -> Any:
     """The `--sft-mode traversal` settings (`rlvr.eval.search.TraversalSpec`), None for `best`; every bad
     combination is a ConfigError naming the option."""
     from rlvr.eval.search import SFT_MODES, TraversalSpec
@@ -130,7 +130,8 @@ def _traversal_spec(cfg: Config, sft_out: Path | None, sft_mode: str, backtrack:
     if sft_mode not in SFT_MODES:
         raise ConfigError(f"--sft-mode: expected {' or '.join(SFT_MODES)}; got '{sft_mode}'")
     if sft_mode == "best":
-        for name, v in (("--backtrack", backtrack), ("--max-dead-ends", max_dead_ends)):
+        for name, v in (("--backtrack", backtrack), ("--max-dead-ends", max_dead_ends),
+                        ("--traversal-loss", loss)):
             if v is not None:
                 raise ConfigError(f"{name}: only used with --sft-mode traversal; add --sft-mode traversal or "
                                   f"remove {name}")
@@ -151,6 +152,11 @@ def _traversal_spec(cfg: Config, sft_out: Path | None, sft_mode: str, backtrack:
         if max_dead_ends < 0:
             raise ConfigError(f"--max-dead-ends: expected >= 0 (0 writes only the answer); got {max_dead_ends}")
         spec.max_dead_ends = max_dead_ends
+    if loss is not None:
+        if loss not in ("all", "final"):
+            raise ConfigError(f"--traversal-loss: expected all (the whole traversal is the response) or final "
+                              f"(dead ends in the prompt, no loss on them); got '{loss}'")
+        spec.loss = loss
     return spec
 
 

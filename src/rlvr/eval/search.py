@@ -125,11 +125,14 @@ def search_sft_row(record: TaskRecord, prompt_text: str, answer: Candidate, corr
 
 @dataclass
 class TraversalSpec:
-    """How `--sft-mode traversal` writes a row: the backtrack marker written after every dead end, and at most
-    `max_dead_ends` dead ends per row (the last ones before the answer)."""
+    """How `--sft-mode traversal` writes a row: the backtrack marker written after every dead end, at most
+    `max_dead_ends` dead ends per row (the last ones before the answer), and where the SFT loss goes (`loss`):
+    `all` the whole traversal is the response; `final` everything before the last marker is appended to the
+    prompt (no loss on the dead ends), the response is the last marker + the answer."""
 
     backtrack: str = DEFAULT_BACKTRACK
     max_dead_ends: int = 2
+    loss: str = "all"
 
 
 def search_traversal_row(record: TaskRecord, prompt_text: str, attempts: Sequence[Candidate], answer: Candidate,
@@ -148,7 +151,11 @@ def search_traversal_row(record: TaskRecord, prompt_text: str, attempts: Sequenc
     text, at = traversal_text(trav, decode, spec.backtrack)
     marker_ids = tokenizer(spec.backtrack, add_special_tokens=False)["input_ids"]
     row = search_sft_row(record, prompt_text, answer, correct, tokenizer, settings)
-    row.update(response=text, length=len(traversal_ids(trav, marker_ids)[0]), sft_mode="traversal",
+    prompt, response = prompt_text, text
+    if spec.loss == "final" and at:  # the dead ends as context: the loss is on the last backtrack and the answer
+        prompt, response = prompt_text + text[: at[-1]], text[at[-1]:]
+    row.update(prompt=prompt, response=response, length=len(traversal_ids(trav, marker_ids)[0]),
+               sft_mode="traversal", loss=spec.loss,
                traversal={"backtracks": trav.backtracks, "backtrack_at": at, "segment_rewards": trav.rewards,
                           "visits": trav.visits, "returns_to": trav.returns_to,
                           "return_depth": trav.return_depth, "dropped": trav.dropped,
