@@ -251,3 +251,16 @@ def test_sft_mode_errors_name_the_option(tmp_path):
     _check_marker(_CharTok(), " <back> ")
     with pytest.raises(ConfigError, match="--backtrack: the tokenizer does not reproduce"):
         _check_marker(Lossy(), " <back> ")
+
+
+def test_the_cli_passes_the_traversal_options(tmp_path):
+    from typer.testing import CliRunner
+
+    from rlvr.cli import app
+
+    base = ["eval", "builtin", "--split", "train", "--size", "2", "search.name=mcts", "search.max_tokens=100",
+            "--sft-out", str(tmp_path / "x.jsonl")]
+    res = CliRunner().invoke(app, [*base, "--sft-mode", "traversal", "--traversal-loss", "dead"])
+    assert res.exit_code != 0 and "--traversal-loss: expected all" in res.output
+    res = CliRunner().invoke(app, [*base, "--max-dead-ends", "1"])
+    assert res.exit_code != 0 and "--max-dead-ends: only used with --sft-mode traversal" in res.output
