@@ -193,7 +193,7 @@ class _Renderer:
         return [ord(c) for c in "2+3="], "2+3="
 
 
-def test_evaluate_search_writes_traversal_rows_for_mcts_and_sampling():
+def test_evaluate_search_writes_traversal_rows_for_mcts_beam_prm_and_sampling():
     # the root proposes '6|' then '5|' (branch 2); under '6|' every completion is 'A:6' (wrong), under '5|' 'A:5'
     script = {"": ["6|A:6", "5|A:5"], "6|": ["A:6"], "5|": ["A:5"]}
     task = build_task("addition", {"answer_after": "<back>"})
@@ -207,6 +207,13 @@ def test_evaluate_search_writes_traversal_rows_for_mcts_and_sampling():
     # '5|' into its one child 'A:5' EOS ('5|A:5', right, the search stops): one dead end, one backtrack to the root
     assert rows[0]["response"] == "6|A:6 <back> 5|A:5" and rows[0]["correct"] is True
     assert rows[0]["traversal"]["returns_to"] == [0, 0] and rows[0]["traversal"]["return_depth"] == [0, 0]
+    # beam_prm (width 1): scores '6|' and '5|' by one rollout each, '6|A:6' (wrong) then '5|A:5' (right): the same row
+    rows = []
+    evaluate_search(_Engine(script, 4), _Renderer(), task, [record], SamplingParams(max_new_tokens=16),
+                    SearchSettings(strategy="beam_prm", strategy_params={"beam_width": 1}, max_tokens=100, branch=2,
+                                   delimiter="|", segment_tokens=8), _CharTok(), sft_rows=rows,
+                    traversal=TraversalSpec())
+    assert rows[0]["response"] == "6|A:6 <back> 5|A:5" and rows[0]["traversal"]["return_depth"] == [0, 0]
     # sampling: the samples in order ('6|A:6', then '5|A:5': the first correct stops it), no tree
     rows = []
     evaluate_search(_Engine({"": ["6|A:6", "5|A:5"]}, 4), _Renderer(), task, [record],
