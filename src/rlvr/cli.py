@@ -249,7 +249,8 @@ def eval_cmd(
                                           "--backtrack, then the answer; needs search.select=verifier).")
                         ] = "best",
     backtrack: Annotated[Optional[str], typer.Option("--backtrack", help="--sft-mode traversal: the marker "
-                                                     "written after each dead end (default ' <back> ').")
+                                                     "written after each dead end (default ' <back> '); "
+                                                     "{prompt} in it is replaced by the prompt.")
                          ] = None,
     max_dead_ends: Annotated[Optional[int], typer.Option("--max-dead-ends", help="--sft-mode traversal: at "
                                                          "most this many dead ends per row, the last ones "

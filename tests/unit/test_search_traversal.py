@@ -110,6 +110,11 @@ def test_traversal_row_jsonl_round_trip_into_rlvr_sft(tok, tmp_path):
                                  TraversalSpec(loss="final"), tree=res.tree)
     assert final["prompt"] == "2+3=2+3=6;6|A:7 <back> 2+3=5;5|A:4" and final["response"] == " <back> 2+3=5;5|A:5"
     assert final["loss"] == "final" and final["traversal"] == row["traversal"]
+    # '{prompt}' in the marker restates the question after each backtrack
+    again = search_traversal_row(record, "2+3=", res.attempts(), answer, True, tok, settings,
+                                 TraversalSpec(backtrack="||{prompt}"), tree=res.tree)
+    assert again["response"] == "2+3=6;6|A:7||2+3=2+3=5;5|A:4||2+3=2+3=5;5|A:5"
+    assert again["traversal"]["marker"] == "||2+3=" and again["traversal"]["backtrack_at"] == [11, 28]
     path = write_sft_rows([row], tmp_path / "trav.jsonl")
     assert [json.loads(line) for line in path.read_text().splitlines()] == [row]
     assert rollout_examples(path)[0] == [("2+3=", text)]

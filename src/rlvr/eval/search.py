@@ -128,7 +128,8 @@ class TraversalSpec:
     """How `--sft-mode traversal` writes a row: the backtrack marker written after every dead end, at most
     `max_dead_ends` dead ends per row (the last ones before the answer), and where the SFT loss goes (`loss`):
     `all` the whole traversal is the response; `final` everything before the last marker is appended to the
-    prompt (no loss on the dead ends), the response is the last marker + the answer."""
+    prompt (no loss on the dead ends), the response is the last marker + the answer. `{prompt}` in the marker
+    is replaced by the row's rendered prompt (the question restated after each backtrack)."""
 
     backtrack: str = DEFAULT_BACKTRACK
     max_dead_ends: int = 2
@@ -148,8 +149,9 @@ def search_traversal_row(record: TaskRecord, prompt_text: str, attempts: Sequenc
     def decode(x: list[int]) -> str:
         return tokenizer.decode(x, skip_special_tokens=True)
 
-    text, at = traversal_text(trav, decode, spec.backtrack)
-    marker_ids = tokenizer(spec.backtrack, add_special_tokens=False)["input_ids"]
+    marker = spec.backtrack.replace("{prompt}", prompt_text)  # a marker may restate the question after it
+    text, at = traversal_text(trav, decode, marker)
+    marker_ids = tokenizer(marker, add_special_tokens=False)["input_ids"]
     row = search_sft_row(record, prompt_text, answer, correct, tokenizer, settings)
     prompt, response = prompt_text, text
     if spec.loss == "final" and at:  # the dead ends as context: the loss is on the last backtrack and the answer
@@ -159,7 +161,7 @@ def search_traversal_row(record: TaskRecord, prompt_text: str, attempts: Sequenc
                traversal={"backtracks": trav.backtracks, "backtrack_at": at, "segment_rewards": trav.rewards,
                           "visits": trav.visits, "returns_to": trav.returns_to,
                           "return_depth": trav.return_depth, "dropped": trav.dropped,
-                          "attempts": len(attempts), "answer": decode(trav.answer), "marker": spec.backtrack})
+                          "attempts": len(attempts), "answer": decode(trav.answer), "marker": marker})
     return row
 
 
