@@ -244,6 +244,21 @@ def eval_cmd(
     sft_out: Annotated[Optional[Path], typer.Option("--sft-out", help="With a search section and --split train: "
                                                     "write each problem's searched answer here as SFT data "
                                                     "(rlvr sft recipes/search_sft.yaml data.path=FILE).")] = None,
+    sft_mode: Annotated[str, typer.Option("--sft-mode", help="With --sft-out: best (the chosen answer) or "
+                                          "traversal (the dead ends the search reached, each followed by "
+                                          "--backtrack, then the answer; needs search.select=verifier).")
+                        ] = "best",
+    backtrack: Annotated[Optional[str], typer.Option("--backtrack", help="--sft-mode traversal: the marker "
+                                                     "written after each dead end (default ' <back> '); "
+                                                     "{prompt} in it is replaced by the prompt.")
+                         ] = None,
+    max_dead_ends: Annotated[Optional[int], typer.Option("--max-dead-ends", help="--sft-mode traversal: at "
+                                                         "most this many dead ends per row, the last ones "
+                                                         "before the answer (default 2).")] = None,
+    traversal_loss: Annotated[Optional[str], typer.Option("--traversal-loss", help="--sft-mode traversal: all "
+                                                          "(default: SFT on the whole traversal) or final (the "
+                                                          "dead ends go into the prompt: loss only on the last "
+                                                          "backtrack and the answer).")] = None,
 ) -> None:
     """Evaluate a model on a task's held-out split: unbiased pass@k, accuracy, mean length.
 
@@ -260,7 +275,8 @@ def eval_cmd(
         _fail(ValueError(f"--k: expected comma-separated integers like 1,4,16; got '{k}'"))
     try:
         cfg = load_config(config, [*_eval_overrides(n, ks, model_dir, task, temperature, size), *(overrides or [])])
-        run_eval(cfg, model_dir, out, split=split, sft_out=sft_out)
+        run_eval(cfg, model_dir, out, split=split, sft_out=sft_out, sft_mode=sft_mode, backtrack=backtrack,
+                 max_dead_ends=max_dead_ends, traversal_loss=traversal_loss)
     except _user_errors() as err:
         _fail(err)
 

@@ -43,6 +43,8 @@ def evaluate(
     verify = RewardFunction([("correctness", 1.0, CorrectnessReward())])
     problems = []
     lengths: list[int] = []
+    marker = getattr(task, "answer_after", None)  # a traversal-trained model: count its backtracks
+    backtracks: list[tuple[int, bool, bool]] = []  # per sample: markers, final attempt correct, first correct
     started = time.perf_counter()
     for start in range(0, len(records), prompts_per_call):
         chunk = list(records[start : start + prompts_per_call])
@@ -53,6 +55,8 @@ def evaluate(
             answers = [s.meta.get("extracted") for s in g.samples]
             flags = [bool(s.correct) for s in g.samples]
             lengths.extend(len(s.response_ids) for s in g.samples)
+            if marker:
+                backtracks += [_backtrack_record(s.text, bool(s.correct), marker, task, g.record) for s in g.samples]
             problem: dict[str, Any] = {
                 "id": g.record.id,
                 "difficulty": g.record.difficulty,
@@ -71,10 +75,47 @@ def evaluate(
         if on_progress:
             on_progress(min(start + prompts_per_call, len(records)), len(records))
     verify.close()
-    return summarize(problems, ks, lengths, extra={
+    result = summarize(problems, ks, lengths, extra={
         "n": params.n, "temperature": params.temperature, "max_new_tokens": params.max_new_tokens,
         "seconds": round(time.perf_counter() - started, 2),
     })
+    if marker:
+        result["backtracks"] = summarize_backtracks(backtracks, marker)
+    return result
+
+
+def _backtrack_record(text: str, correct: bool, marker: str, task: Any, record: TaskRecord
+                      ) -> tuple[int, bool, bool]:
+    """(markers in the response, its final attempt correct, its first attempt correct); the first attempt is
+    graded only when there was a backtrack (else it is the final one)."""
+    key = marker.strip()
+    count = text.count(key)
+    if not count:
+        return 0, correct, correct
+    first = text[: text.index(key)]
+    try:
+        first_ok = bool(task.verify(first, record).correct)
+    except Exception:  # a verifier failure: count the first attempt as wrong, as the reward stage would
+        first_ok = False
+    return count, correct, first_ok
+
+
+def summarize_backtracks(records: Sequence[tuple[int, bool, bool]], marker: str) -> dict[str, Any]:
+    """How often responses backtrack (contain the marker) and whether it pays: the accuracy of the responses
+    with and without a backtrack, and, among those with one, how often the first attempt was right and how
+    often the final one is (wrong -> right: fixed; right -> wrong: broken)."""
+    n = max(len(records), 1)
+    back = [r for r in records if r[0] > 0]
+    plain = [r for r in records if r[0] == 0]
+
+    def acc(rs: Sequence[tuple[int, bool, bool]], i: int) -> float | None:
+        return sum(r[i] for r in rs) / len(rs) if rs else None
+
+    return {"marker": marker, "samples": len(records), "with_backtrack": len(back) / n,
+            "mean_backtracks": sum(r[0] for r in records) / n,
+            "accuracy_with_backtrack": acc(back, 1), "accuracy_without_backtrack": acc(plain, 1),
+            "first_attempt_accuracy_with_backtrack": acc(back, 2),
+            "fixed": sum(1 for r in back if r[1] and not r[2]), "broken": sum(1 for r in back if r[2] and not r[1])}
 
 
 def short_answer(answer: str | None) -> str | None:

@@ -32,12 +32,15 @@ def check_eval_model(cfg: Config, task: Any, model_path: str, key: str = "MODEL_
 
 
 def run_eval(cfg: Config, model_path: str, out: Path | None, *, key: str = "MODEL_DIR", split: str = "heldout",
-             sft_out: Path | None = None) -> dict[str, Any]:
+             sft_out: Path | None = None, sft_mode: str = "best", backtrack: str | None = None,
+             max_dead_ends: int | None = None, traversal_loss: str | None = None) -> dict[str, Any]:
     """Evaluate `model_path` on the held-out split of `cfg`'s task (or its training split, `split="train"`);
     `key` names the model in error messages. With a search section and `sft_out`, each problem's searched
-    answer is also written there as SFT data (docs/search.md)."""
+    answer is also written there as SFT data (docs/search.md); with `sft_mode="traversal"` the search's
+    traversal up to it (dead ends, each followed by the `backtrack` marker, at most `max_dead_ends`)."""
     if split not in ("heldout", "train"):
         raise ConfigError(f"--split: expected heldout or train; got '{split}'")
+    traversal = _traversal_spec(cfg, sft_out, sft_mode, backtrack, max_dead_ends, traversal_loss)
     if sft_out is not None and cfg.search is None:
         raise ConfigError("--sft-out: SFT data is built from searched trees; add a search section, e.g. "
                           "search.name=mcts search.max_tokens=400")
@@ -76,6 +79,8 @@ def run_eval(cfg: Config, model_path: str, out: Path | None, *, key: str = "MODE
         model = load_causal_lm(model_path, dtype=dtype, device=device,
                                trust_remote_code=cfg.model.trust_remote_code, trainable=False, key=key)
     check_vocab(tokenizer, model)
+    if traversal is not None:
+        _check_marker(tokenizer, traversal.backtrack)
     renderer = PromptRenderer(task, tokenizer, cfg.model.chat_template, processor)
     engine = build_engine(cfg.rollout.engine, cfg.rollout.engine_options, cfg.rollout.batch_size, model, tokenizer)
     source = task.train if split == "train" else task.heldout
@@ -90,7 +95,7 @@ def run_eval(cfg: Config, model_path: str, out: Path | None, *, key: str = "MODE
         sft_rows: list[dict[str, Any]] | None = [] if sft_out is not None else None
         run_eval = functools.partial(evaluate_search, engine, renderer, task, records, params,
                                      cfg.search.settings(), tokenizer, sft_rows=sft_rows, prm=search_prm,
-                                     compare=search_compare)
+                                     compare=search_compare, traversal=traversal)
         show = print_search_result
     else:
         run_eval = functools.partial(evaluate, engine, renderer, task, records, params, cfg.eval.ks)
@@ -105,9 +110,63 @@ def run_eval(cfg: Config, model_path: str, out: Path | None, *, key: str = "MODE
         assert sft_rows is not None
         write_sft_rows(sft_rows, sft_out)
         kept = sum(r["correct"] for r in sft_rows)
-        console.print(f"SFT data: {len(sft_rows)} searched answers ({kept} verified correct) -> {sft_out}; "
-                      f"train on them with: rlvr sft recipes/search_sft.yaml data.path={sft_out}")
+        if traversal is None:
+            console.print(f"SFT data: {len(sft_rows)} searched answers ({kept} verified correct) -> {sft_out}; "
+                          f"train on them with: rlvr sft recipes/search_sft.yaml data.path={sft_out}")
+        else:
+            backs = sum(r["traversal"]["backtracks"] for r in sft_rows if r["correct"])
+            console.print(f"SFT data: {len(sft_rows)} search traversals ({kept} ending verified correct, with "
+                          f"{backs} backtracks among them) -> {sft_out}; train on them with: rlvr sft "
+                          f"recipes/search_sft_traversal.yaml data.path={sft_out}")
     return result
+
+
+def _traversal_spec(cfg: Config, sft_out: Path | None, sft_mode: str, backtrack: str | None,
+                    max_dead_ends: int | None, loss: str | None = None) -> Any:
+    """The `--sft-mode traversal` settings (`rlvr.eval.search.TraversalSpec`), None for `best`; every bad
+    combination is a ConfigError naming the option."""
+    from rlvr.eval.search import SFT_MODES, TraversalSpec
+
+    if sft_mode not in SFT_MODES:
+        raise ConfigError(f"--sft-mode: expected {' or '.join(SFT_MODES)}; got '{sft_mode}'")
+    if sft_mode == "best":
+        for name, v in (("--backtrack", backtrack), ("--max-dead-ends", max_dead_ends),
+                        ("--traversal-loss", loss)):
+            if v is not None:
+                raise ConfigError(f"{name}: only used with --sft-mode traversal; add --sft-mode traversal or "
+                                  f"remove {name}")
+        return None
+    if sft_out is None:
+        raise ConfigError("--sft-mode traversal: writes SFT rows; add --sft-out FILE (with a search section and "
+                          "--split train)")
+    if cfg.search is not None and cfg.search.select != "verifier":
+        raise ConfigError(f"search.select: --sft-mode traversal writes the attempts the verifier scored wrong as "
+                          f"dead ends; use search.select=verifier (got {cfg.search.select})")
+    spec = TraversalSpec()
+    if backtrack is not None:
+        if not backtrack.strip():
+            raise ConfigError(f"--backtrack: the marker must contain a non-space character; got {backtrack!r} "
+                              f"(default {spec.backtrack!r})")
+        spec.backtrack = backtrack
+    if max_dead_ends is not None:
+        if max_dead_ends < 0:
+            raise ConfigError(f"--max-dead-ends: expected >= 0 (0 writes only the answer); got {max_dead_ends}")
+        spec.max_dead_ends = max_dead_ends
+    if loss is not None:
+        if loss not in ("all", "final"):
+            raise ConfigError(f"--traversal-loss: expected all (the whole traversal is the response) or final "
+                              f"(dead ends in the prompt, no loss on them); got '{loss}'")
+        spec.loss = loss
+    return spec
+
+
+def _check_marker(tokenizer: Any, marker: str) -> None:
+    """The backtrack marker must survive the tokenizer (encode, then decode) or the rows would not say it."""
+    ids = tokenizer(marker, add_special_tokens=False)["input_ids"]
+    back = tokenizer.decode(ids, skip_special_tokens=True)
+    if back != marker:
+        raise ConfigError(f"--backtrack: the tokenizer does not reproduce the marker {marker!r} (it decodes to "
+                          f"{back!r}); use characters the model's tokenizer has, e.g. ' <back> '")
 
 
 def write_sft_rows(rows: list[dict[str, Any]], path: Path) -> Path:
@@ -141,3 +200,13 @@ def print_result(result: dict[str, Any]) -> None:
     console.print(table)
     console.print(f"accuracy {100 * result['accuracy']:.1f}%  mean length {result['mean_length']:.1f} tokens  "
                   f"truncated {100 * result['truncated_frac']:.1f}%  ({result.get('seconds', 0)} s)")
+    b = result.get("backtracks")
+    if b:
+        def pct(v: float | None) -> str:
+            return "-" if v is None else f"{100 * v:.1f}%"
+
+        console.print(f"backtracks ({b['marker'].strip()}): {pct(b['with_backtrack'])} of samples, "
+                      f"{b['mean_backtracks']:.2f} per sample; accuracy with {pct(b['accuracy_with_backtrack'])}, "
+                      f"without {pct(b['accuracy_without_backtrack'])}; first attempt right in "
+                      f"{pct(b['first_attempt_accuracy_with_backtrack'])} of those with one "
+                      f"({b['fixed']} fixed, {b['broken']} broken)")

@@ -28,7 +28,10 @@ their weakest step (the `prm` reward's value), in place of the confidence c(y).
 
 With `sft_rows`, each problem's chosen answer is also written as a training example in the rows `rlvr sft`
 reads (`data.format=rollouts`: prompt, response, correct), for SFT on searched trajectories (ProMed,
-R-MCTS's self-learning): `search_sft_row`.
+R-MCTS's self-learning): `search_sft_row`. With `traversal` (`rlvr eval --sft-mode traversal`) the row's
+response is instead the search's traversal, the dead ends it reached before the answer each followed by a
+backtrack marker, then the answer (R-MCTS's exploratory learning; `rlvr.search.traversal`):
+`search_traversal_row`.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rlvr.rewards import CorrectnessReward, RewardFunction
@@ -50,9 +53,11 @@ from rlvr.sampling.search import (
     prm_step_value,
     search_prompt,
 )
+from rlvr.search.traversal import DEFAULT_BACKTRACK, linearize_traversal, traversal_ids, traversal_text
 from rlvr.types import Group, Sample, TaskRecord
 
 SELECTS = ("verifier", "value", "vote")
+SFT_MODES = ("best", "traversal")
 Candidate = tuple[list[int], float]  # a complete response's ids and its score
 
 
@@ -118,6 +123,48 @@ def search_sft_row(record: TaskRecord, prompt_text: str, answer: Candidate, corr
             "length": len(ids)}
 
 
+@dataclass
+class TraversalSpec:
+    """How `--sft-mode traversal` writes a row: the backtrack marker written after every dead end, at most
+    `max_dead_ends` dead ends per row (the last ones before the answer), and where the SFT loss goes (`loss`):
+    `all` the whole traversal is the response; `final` everything before the last marker is appended to the
+    prompt (no loss on the dead ends), the response is the last marker + the answer. `{prompt}` in the marker
+    is replaced by the row's rendered prompt (the question restated after each backtrack)."""
+
+    backtrack: str = DEFAULT_BACKTRACK
+    max_dead_ends: int = 2
+    loss: str = "all"
+
+
+def search_traversal_row(record: TaskRecord, prompt_text: str, attempts: Sequence[Candidate], answer: Candidate,
+                         correct: bool, tokenizer: Any, settings: SearchSettings, spec: TraversalSpec,
+                         tree: Any = None) -> dict[str, Any]:
+    """One SFT example whose response is the search's traversal up to the chosen answer (`attempts`: the complete
+    responses in visit order): the row of `search_sft_row` with `response` = dead ends + markers + answer, and
+    a `traversal` record (segments, their scores, where each backtrack starts, what it returns to)."""
+    ids = [list(a) for a, _ in attempts]
+    final = ids.index(list(answer[0]))
+    trav = linearize_traversal(attempts, final, max_dead_ends=spec.max_dead_ends, tree=tree)
+
+    def decode(x: list[int]) -> str:
+        return tokenizer.decode(x, skip_special_tokens=True)
+
+    marker = spec.backtrack.replace("{prompt}", prompt_text)  # a marker may restate the question after it
+    text, at = traversal_text(trav, decode, marker)
+    marker_ids = tokenizer(marker, add_special_tokens=False)["input_ids"]
+    row = search_sft_row(record, prompt_text, answer, correct, tokenizer, settings)
+    prompt, response = prompt_text, text
+    if spec.loss == "final" and at:  # the dead ends as context: the loss is on the last backtrack and the answer
+        prompt, response = prompt_text + text[: at[-1]], text[at[-1]:]
+    row.update(prompt=prompt, response=response, length=len(traversal_ids(trav, marker_ids)[0]),
+               sft_mode="traversal", loss=spec.loss,
+               traversal={"backtracks": trav.backtracks, "backtrack_at": at, "segment_rewards": trav.rewards,
+                          "visits": trav.visits, "returns_to": trav.returns_to,
+                          "return_depth": trav.return_depth, "dropped": trav.dropped,
+                          "attempts": len(attempts), "answer": decode(trav.answer), "marker": marker})
+    return row
+
+
 def prm_complete_scores(prm: Any, task: Any, record: TaskRecord, prompt_ids: Sequence[int], tokenizer: Any
                         ) -> Callable[[list[Sample]], list[float]]:
     """`score(samples)` of complete responses by the PRM: the `prm` reward's value (the weakest step's
@@ -136,9 +183,10 @@ def evaluate_search(engine: Any, renderer: Any, task: Any, records: Sequence[Tas
                     settings: SearchSettings, tokenizer: Any,
                     on_progress: Callable[[int, int], None] | None = None,
                     sft_rows: list[dict[str, Any]] | None = None, prm: Any = None,
-                    compare: Any = None) -> dict[str, Any]:
+                    compare: Any = None, traversal: TraversalSpec | None = None) -> dict[str, Any]:
     """Search (or budgeted sampling) on every record; returns solve rate, tokens and per-problem details, and
-    appends each problem's chosen answer to `sft_rows` when given. `prm`: the loaded `search.prm`
+    appends each problem's chosen answer to `sft_rows` when given (with `traversal`: the search's traversal up
+    to it, `search_traversal_row`; needs select=verifier, whose scores say which attempts ended wrong). `prm`: the loaded `search.prm`
     (`load_search_prm`); it values partial nodes (and complete responses with `settings.prm_terminal`).
     `compare`: the loaded `search.compare` (`load_search_compare`), beam_prm's pairwise preference model."""
     if settings.prm is not None and prm is None:
@@ -146,6 +194,9 @@ def evaluate_search(engine: Any, renderer: Any, task: Any, records: Sequence[Tas
     if settings.compare is not None and compare is None:
         raise ValueError("evaluate_search: settings.compare is set; pass compare=load_search_compare(settings, "
                          "tokenizer)")
+    if traversal is not None and settings.select != "verifier":
+        raise ValueError("--sft-mode traversal: a traversal's dead ends are the attempts the verifier scored "
+                         f"wrong; use search.select=verifier (got {settings.select})")
     verify = RewardFunction([("correctness", 1.0, CorrectnessReward())])
     eos_ids = list(getattr(engine, "eos_ids", None) or [tokenizer.eos_token_id])
     oracle = settings.select == "verifier"
@@ -186,7 +237,12 @@ def evaluate_search(engine: Any, renderer: Any, task: Any, records: Sequence[Tas
             if key not in correct:  # value / vote: the verifier sees only the chosen answer, after the search
                 verifier([Sample(prompt_ids=list(prompt_ids), response_ids=list(answer[0]))])
             solved = correct[key]
-            if sft_rows is not None:
+            if sft_rows is not None and traversal is not None:
+                attempts = result.attempts() if result is not None else candidates  # in visit order
+                sft_rows.append(search_traversal_row(record, prompt_text, attempts, answer, solved, tokenizer,
+                                                     settings, traversal,
+                                                     tree=result.tree if result is not None else None))
+            elif sft_rows is not None:
                 sft_rows.append(search_sft_row(record, prompt_text, answer, solved, tokenizer, settings))
         problem.update(solved=solved, candidates=len(candidates),
                        answer=decode(answer[0])[:300] if answer is not None else None,

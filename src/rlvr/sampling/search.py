@@ -131,6 +131,11 @@ class SearchResult:
         candidates += [r.node.response_ids() + r.token_ids for r in self.rollouts]
         return [(ids, self.rewards[tuple(ids)]) for ids in candidates if tuple(ids) in self.rewards]
 
+    def attempts(self) -> list[tuple[list[int], float]]:
+        """Every complete response the search scored, in the order it scored them (its visit order of complete
+        responses: a finished leaf when evaluated, a rollout when sampled), each once."""
+        return [(list(ids), r) for ids, r in self.rewards.items()]
+
     def best_response(self) -> tuple[list[int], float] | None:
         """The searched answer: the complete response with the highest reward among the finished leaves and
         the rollouts (the first one on ties; leaves first), or None when the search finished nothing."""

@@ -122,9 +122,17 @@ class AdditionTask(Task):
         prompt_template: str | None = None,
         chat_prompt_template: str | None = None,
         system_prompt: str | None = None,
+        answer_after: Annotated[str | None, Field(description=(
+            "grade only the text after the last occurrence of this marker (spaces around it ignored), e.g. "
+            "'<back>' for a model trained on search traversals (rlvr eval --sft-mode traversal): its final "
+            "attempt is graded, an answer in an abandoned one never counts"))] = None,
     ):
         super().__init__(prompt_template=prompt_template, chat_prompt_template=chat_prompt_template,
                          system_prompt=system_prompt)
+        if answer_after is not None and not answer_after.strip():
+            raise TaskError(f"task.answer_after: the marker must contain a non-space character; got "
+                            f"{answer_after!r} (leave it unset to grade the whole response)")
+        self.answer_after = answer_after
         lo, hi = digits
         if not 1 <= lo <= hi <= 18:
             raise TaskError(f"task.digits: expected 1 <= min <= max <= 18; got {list(digits)}")
@@ -149,8 +157,20 @@ class AdditionTask(Task):
         return TaskRecord(id=f"addition-{key}", question=f"{a}+{b}", answer=str(a + b), difficulty=d,
                           source="addition", meta={"a": a, "b": b})
 
+    def final_attempt(self, response: str) -> str:
+        """The part of a response that is graded: all of it, or with `answer_after` the text after the last
+        marker (a traversal's final attempt)."""
+        if self.answer_after is None:
+            return response
+        from rlvr.search.traversal import after_last_marker
+
+        return after_last_marker(response, self.answer_after)
+
+    def extract_answer(self, response: str) -> str | None:
+        return extract_answer(self.final_attempt(response), "auto")
+
     def verify(self, response: str, record: TaskRecord) -> VerifyResult:
-        found = extract_answer(response, "auto")
+        found = extract_answer(self.final_attempt(response), "auto")
         if found is None:
             return VerifyResult(0.0, False, "no answer found")
         value = parse_number(found)
