@@ -1,7 +1,11 @@
 #!/usr/bin/env python
 """Build the shipped tiny VLM `builtin-vl` (src/rlvr/models/builtin_vl/) from scratch, reproducibly.
 
-    OMP_NUM_THREADS=1 python scripts/build_vl_model.py      # 12-26 minutes on one thread (measured, shared CPU)
+    OMP_NUM_THREADS=1 python scripts/build_vl_model.py      # build 4, the defaults: 12-26 minutes on one thread
+    # the shipped build 6 (2026-11-26; 15.6 minutes on one thread): click read from one-button screens
+    OMP_NUM_THREADS=1 python scripts/build_vl_model.py --tasks vl_count,vl_click,vl_count,vl_click,vl_digits_sum \
+        --eval-tasks vl_count,vl_digits_sum,vl_click --steps 2800 --easy-steps 2800 --pos-init sincos \
+        --pos-scale 1.0 --guide-attention 1.0
     python scripts/build_vl_model.py --tasks vl_count,vl_ground --steps 300 --out /tmp/vl   # a variant
 
 1. Processor: the byte-level tokenizer of the built-in text model plus one `<image>` special token, a slow
