@@ -322,6 +322,8 @@ def main() -> None:
                     help="layers whose guided head is also led from the answer to the words naming the target")
     ap.add_argument("--easy-steps", type=int, default=0,
                     help="curriculum: the first N steps draw the EASY variants of click (one button) and ground")
+    ap.add_argument("--easy-frac", type=float, default=0.0,
+                    help="after --easy-steps, this share of click/ground examples still draws the EASY variant")
     args = ap.parse_args()
 
     import torch
@@ -342,7 +344,7 @@ def main() -> None:
     tasks = {name: build_task(name, {"seed": args.seed, "eval_size": args.eval_prompts})
              for name in dict.fromkeys(names + eval_names)}
     easy = {name: build_task(name, {"seed": args.seed, "eval_size": args.eval_prompts, **EASY[name]})
-            for name in names if name in EASY and args.easy_steps > 0}
+            for name in names if name in EASY and (args.easy_steps > 0 or args.easy_frac > 0)}
     rng = random.Random(args.seed)
     pad = processor.tokenizer.pad_token_id
 
@@ -356,7 +358,8 @@ def main() -> None:
         batch, boxes, words = [], [], []
         for b in range(args.batch):
             name = names[(step * args.batch + b) % len(names)]
-            source = easy[name] if step < args.easy_steps and name in easy else tasks[name]
+            use_easy = name in easy and (step < args.easy_steps or rng.random() < args.easy_frac)
+            source = easy[name] if use_easy else tasks[name]
             record = source.train[cursor[name]]
             cursor[name] += 1
             text, ok = careless_answer(name, record, rng, args.teacher_right)
@@ -407,7 +410,7 @@ def main() -> None:
                 "guide_layers": guide_layers if args.guide_attention > 0 else None,
                 "guide_head": args.guide_head if args.guide_attention > 0 else None,
                 "guide_word_layers": word_layers if args.guide_attention > 0 else None,
-                "easy_steps": args.easy_steps, "easy": {k: v for k, v in EASY.items() if k in easy}},
+                "easy_steps": args.easy_steps, "easy_frac": args.easy_frac, "easy": {k: v for k, v in EASY.items() if k in easy}},
         "heldout_eval": {"temperature": 1.0, "n": args.n, "prompts_per_task": args.eval_prompts,
                          "pass@1": results},
         "train_minutes": round(train_minutes, 1),
