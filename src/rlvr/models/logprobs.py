@@ -119,20 +119,23 @@ def forward_tokens(
     model) the rows run packed into sequences of at most that many tokens instead of padded.
 
     `mm_inputs` (vision-language rows, one entry per row) merges each prompt's image features into the token
-    embeddings (`rlvr.models.vision.multimodal_embeds`: one vision-tower call per distinct prompt). Such rows are
-    not packable: they always run padded, whatever `pack_tokens` says."""
+    embeddings (`rlvr.models.vision.multimodal_embeds`: one vision-tower call per distinct prompt), with the
+    model's multimodal position ids where it has them (Qwen2-VL's M-RoPE). Such rows are not packable: they
+    always run padded, whatever `pack_tokens` says."""
     T = max(temperature, 1e-6)
     select = mask[:, 1:] > 0  # [B, T-1]: position t-1 predicts token t
     targets = input_ids[:, 1:][select]
     parts = _head_parts(model)
     if mm_inputs is not None and any(m is not None for m in mm_inputs):
-        from rlvr.models.vision import multimodal_embeds
+        from rlvr.models.vision import multimodal_embeds, position_ids
 
         if parts is None:
             raise ValueError("image inputs need a model whose logits are lm_head(language_model(x))")
         decoder, head = parts
         embeds = multimodal_embeds(model, input_ids, list(mm_inputs))
-        hidden = decoder(inputs_embeds=embeds, attention_mask=attention_mask).last_hidden_state
+        positions = position_ids(model, input_ids, attention_mask, list(mm_inputs))  # Qwen2-VL's M-RoPE, else None
+        hidden = decoder(inputs_embeds=embeds, attention_mask=attention_mask,
+                         position_ids=positions).last_hidden_state
         chosen = hidden[:, :-1][select]
         logits_of = head
     elif parts is not None and pack_tokens is not None and len(input_ids) > 1 and packable(model):

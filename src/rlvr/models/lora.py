@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from rlvr.models.vision import PROJECTOR_MODULE
+from rlvr.models.vision import projector_module
 
 
 def apply_lora(model: Any, spec: Any, *, train_modules: Sequence[str] = ()) -> Any:
@@ -107,7 +107,7 @@ def load_lora_state(model: Any, state: dict[str, torch.Tensor]) -> None:
 def adapt_policy(model: Any, spec: Any, *, freeze_projector: bool) -> Any:
     """`apply_lora` as a run applies it: on a vision-language model the projector trains in full beside the
     adapters unless `model.freeze_projector` (the vision tower is frozen: LoRA never adapts it)."""
-    train_modules = [PROJECTOR_MODULE] if is_vision_language(model) and not freeze_projector else []
+    train_modules = [projector_module(model)] if is_vision_language(model) and not freeze_projector else []
     return apply_lora(model, spec, train_modules=train_modules)
 
 

@@ -96,7 +96,7 @@ class HFEngine(RolloutEngine):
     @torch.no_grad()
     def generate_multimodal(self, prompts: Sequence[Sequence[int]], mm_inputs: Sequence[dict[str, Any]],
                             params: SamplingParams) -> list[list[Sample]]:
-        from rlvr.models.vision import multimodal_embeds
+        from rlvr.models.vision import mrope_generate_kwargs, multimodal_embeds
 
         per_chunk = max(1, self.batch_size // max(params.n, 1))  # whole prompts per generate call
         device = next(self.model.parameters()).device
@@ -107,7 +107,9 @@ class HFEngine(RolloutEngine):
             with _sampling_mode(self.model):
                 embeds = multimodal_embeds(self.model, input_ids.to(device), list(mm_inputs[start : start + per_chunk]))
             copies = [p for p in chunk for _ in range(params.n)]
-            samples = self._generate_batch(copies, params, embeds.repeat_interleave(params.n, dim=0))
+            rows = [m for m in mm_inputs[start : start + per_chunk] for _ in range(params.n)]
+            extra = mrope_generate_kwargs(self.model, input_ids.repeat_interleave(params.n, dim=0), rows)
+            samples = self._generate_batch(copies, params, embeds.repeat_interleave(params.n, dim=0), extra)
             results += [samples[i * params.n : (i + 1) * params.n] for i in range(len(chunk))]
         return results
 
@@ -121,7 +123,8 @@ class HFEngine(RolloutEngine):
         return input_ids, attention_mask
 
     def _generate_batch(self, prompts: list[list[int]], params: SamplingParams,
-                        inputs_embeds: torch.Tensor | None = None) -> list[Sample]:
+                        inputs_embeds: torch.Tensor | None = None,
+                        extra: dict[str, torch.Tensor] | None = None) -> list[Sample]:
         from transformers import GenerationConfig, LogitsProcessorList
 
         device = next(self.model.parameters()).device
@@ -143,6 +146,7 @@ class HFEngine(RolloutEngine):
         recorder = _LogprobRecorder(params.temperature)
         # image prompts: their merged embeddings (the ids ride along so the output starts with the prompt)
         embeds = {} if inputs_embeds is None else {"inputs_embeds": inputs_embeds}
+        embeds.update({k: v.to(device) for k, v in (extra or {}).items()})  # e.g. Qwen2-VL's image grids
         with _sampling_mode(self.model):
             out = self.model.generate(
                 input_ids=input_ids.to(device),
