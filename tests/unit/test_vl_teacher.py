@@ -1,5 +1,6 @@
 """A distillation teacher on image tasks: a vision-language teacher scores the student's sampled tokens given the
-same images (KDRL, on-policy distillation); what is not wired with images stops before the run.
+same images (KDRL, on-policy distillation, GKD's full distributions); what is not wired with images stops before
+the run.
 
 The check that the images reach the teacher: with the teacher a copy of the student (builtin-vl), its token
 log-probs equal the student's, so KDRL's reverse KL is zero up to fp32 rounding (the module docstring of
@@ -34,9 +35,42 @@ def test_kdrl_with_a_vision_language_teacher_sees_the_images(tmp_path):
     assert abs(m["teacher_kl"]) < 1e-6, m["teacher_kl"]  # k2 = (log-ratio)^2 / 2 of ~1e-4-sized ratios at most
 
 
+@pytest.mark.parametrize("lmbda", [1.0, 0.0])  # the student's samples; the task's reference answers
+def test_gkd_with_a_vision_language_teacher_sees_the_images(tmp_path, lmbda):
+    """GKD's JSD over full next-token distributions is zero (fp32 rounding) when the teacher is a copy of the student
+    and both see each prompt's images, on the student's samples and on the dataset steps' reference answers."""
+    cfg = load_config(ROOT / "recipes" / "gkd.yaml", [
+        *VL, f"run.dir={tmp_path / 'run'}", "train.steps=1", "train.prompts_per_step=2", "rollout.n=2",
+        "rollout.max_new_tokens=12", "eval.before=false", "eval.after=false", "logging.progress=false",
+        "checkpoint.every=0", f"sampling.lmbda={lmbda}"])
+    (m,) = read_metrics(train(cfg))
+    assert m["train_tokens"] > 0 and m["sampling/student_samples"] == lmbda
+    assert abs(m["gkd_jsd"]) < 1e-6, m["gkd_jsd"]
+
+
+def test_gkd_reference_answers_on_an_image_task_carry_the_prompts_pixels():
+    from rlvr.models import load_tokenizer
+    from rlvr.models.vision import load_processor
+    from rlvr.sampling import SAMPLERS, StepContext
+    from rlvr.tasks import PromptRenderer, build_task
+
+    task = build_task("vl_count", {"eval_size": 2, "train_size": 8})
+    tok = load_tokenizer("builtin-vl")
+    renderer = PromptRenderer(task, tok, "auto", load_processor("builtin-vl"))
+    sampler = SAMPLERS.build("gkd", {"lmbda": 0.0}, prompts=task.train, seed=0)
+    ctx = StepContext(step=1, prompts_per_step=3, n=2, rollout=lambda records, n: [], task=task, tokenizer=tok,
+                      renderer=renderer, score=lambda groups: None)
+    groups, metrics = sampler.next_batch(ctx)
+    assert len(groups) == 3 and metrics["student_samples"] == 0.0
+    for g in groups:
+        (sample,) = g.samples
+        assert sample.mm_inputs is not None and "pixel_values" in sample.mm_inputs
+        assert sample.prompt_ids == renderer.render_multimodal(g.record)[0]
+        assert task.verify(sample.text, g.record).correct  # the reference answer in builtin-vl's layout
+
+
 @pytest.mark.parametrize("recipe, overrides, match", [
-    ("gkd.yaml", [], r"algorithm.loss: gkd compares full next-token distributions.*kdrl, on_policy_distill"),
-    ("gkd.yaml", ["sampling.off_policy=teacher"], r"algorithm.loss|sampling.off_policy"),
+    ("gkd.yaml", ["sampling.off_policy=teacher"], r"sampling.off_policy: teacher outputs are sampled without images"),
     ("kdrl.yaml", ["model.teacher_path=builtin-teacher"], r"teacher tokenizer 'builtin-teacher'"),
 ])
 def test_what_is_not_wired_with_images_stops_before_the_run(recipe, overrides, match):

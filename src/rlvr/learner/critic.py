@@ -47,7 +47,8 @@ class Critic:
 
     def __init__(self, cfg: CriticConfig, policy: Any, backbone: Any | None, device: torch.device):
         self.cfg = cfg
-        hidden = policy.config.hidden_size if backbone is None else backbone.config.hidden_size
+        model = policy if backbone is None else backbone
+        hidden = model.config.get_text_config().hidden_size  # a VLM's language model width
         self.head = ValueHead(hidden).to(device)
         self.backbone = backbone  # None: the head reads the policy's hidden states (kind=head)
         self.optimizer = None
@@ -68,7 +69,8 @@ class Critic:
     def values(self, batch: Batch) -> torch.Tensor:
         """Values of the separate critic (with grad if enabled)."""
         assert self.backbone is not None
-        return token_values(self.backbone, self.head, batch.input_ids, batch.attention_mask, batch.mask)
+        return token_values(self.backbone, self.head, batch.input_ids, batch.attention_mask, batch.mask,
+                            batch.mm_inputs)
 
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {"head": self.head.state_dict()}
@@ -87,14 +89,15 @@ class Critic:
 
 def build_critic(cfg: Any, policy: torch.nn.Module, dtype: torch.dtype, device: torch.device) -> Critic | None:
     """The critic `algorithm.critic` asks for: a value head on the policy, or a separate backbone (GAE/PPO)."""
-    from rlvr.models import load_causal_lm
+    from rlvr.models.vision import load_lm_or_vlm
 
     spec = cfg.algorithm.critic
     if spec is None:
         return None
     backbone = None
-    if spec.kind == "separate":
-        backbone = load_causal_lm(spec.path or cfg.model.path, dtype=dtype, device=device,
+    if spec.kind == "separate":  # a vision-language checkpoint sees the images (its vision tower frozen)
+        backbone = load_lm_or_vlm(spec.path or cfg.model.path, dtype=dtype, device=device,
                                   trust_remote_code=cfg.model.trust_remote_code,
+                                  freeze_vision_tower=True, freeze_projector=cfg.model.freeze_projector,
                                   key="algorithm.critic.path" if spec.path else "model.path")
     return Critic(spec, policy, backbone, device)

@@ -53,7 +53,7 @@ from rlvr.learner.critic import Critic, value_loss
 from rlvr.learner.logprob_model import as_logprob_model
 from rlvr.learner.optim import build_optimizer, build_scheduler
 from rlvr.learner.packing import group_mini_batches, row_lengths
-from rlvr.models.logprobs import _head_parts, forward_tokens
+from rlvr.models.logprobs import _head_parts, decoder_hidden, forward_tokens
 from rlvr.parallel import data_parallel as dp
 from rlvr.parallel import fsdp
 from rlvr.types import Batch
@@ -542,17 +542,20 @@ class Learner:
                              "lm_head(decoder(x))")
         if self.sharded:
             raise ValueError(f"loss '{alg.loss.name}' does not run on a sharded learner (distributed.learner=fsdp2)")
-        if mb.mm_inputs is not None and any(m is not None for m in mb.mm_inputs):
-            raise ValueError(f"loss '{alg.loss.name}' does not take image prompts yet")
         decoder, head = parts
         T = max(self.temperature, 1e-6)
         select = mb.mask[:, 1:] > 0  # position t-1 predicts token t
-        hidden = decoder(input_ids=mb.input_ids, attention_mask=mb.attention_mask).last_hidden_state[:, :-1][select]
+        # image rows: each model merges the prompt's images into its own embeddings (its own vision tower)
+        hidden = decoder_hidden(self.model, decoder, mb.input_ids, mb.attention_mask, mb.mm_inputs)[:, :-1][select]
         if self.teacher_local:
             t_device = next(teacher.parameters()).device
             with torch.no_grad():
-                t_hidden = t_parts[0](input_ids=mb.input_ids.to(t_device),
-                                      attention_mask=mb.attention_mask.to(t_device)).last_hidden_state
+                moved: dict[int, dict[str, Any]] = {}  # rows of one prompt keep sharing one dict (one tower call)
+                t_mm = None if mb.mm_inputs is None else [
+                    None if m is None else moved.setdefault(id(m), {k: v.to(t_device) for k, v in m.items()})
+                    for m in mb.mm_inputs]
+                t_hidden = decoder_hidden(teacher, t_parts[0], mb.input_ids.to(t_device),
+                                          mb.attention_mask.to(t_device), t_mm)
                 t_hidden = t_hidden[:, :-1][select.to(t_device)]
         else:  # a teacher on a Ray actor: its log-probs (all V, or top k + tail) for this micro-batch's tokens
             shipped = {k: v.to(self.device) for k, v in self.teacher.token_distributions(

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from rlvr.algorithms.distill import teacher_top_k
-from rlvr.models.logprobs import _head_parts, forward_tokens
+from rlvr.models.logprobs import _head_parts, decoder_hidden, forward_tokens
 from rlvr.types import Batch
 
 
@@ -53,7 +53,7 @@ class LocalLogProbModel:
         device = next(self.model.parameters()).device
         mb = batch.to(device)
         select = mb.mask[:, 1:] > 0
-        hidden = decoder(input_ids=mb.input_ids, attention_mask=mb.attention_mask).last_hidden_state[:, :-1][select]
+        hidden = decoder_hidden(self.model, decoder, mb.input_ids, mb.attention_mask, mb.mm_inputs)[:, :-1][select]
         out: dict[str, list[torch.Tensor]] = {"logprobs": [], "ids": [], "tail": []}
         for start in range(0, hidden.shape[0], max(1, chunk)):
             logp = torch.log_softmax(head(hidden[start : start + chunk]).float() / temperature, dim=-1)

@@ -99,6 +99,25 @@ def _scatter(flat: torch.Tensor, select: torch.Tensor, shape: torch.Size) -> tor
     return out
 
 
+def has_images(mm_inputs: list[dict[str, Any] | None] | None) -> bool:
+    return mm_inputs is not None and any(m is not None for m in mm_inputs)
+
+
+def decoder_hidden(model: Any, decoder: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                   mm_inputs: list[dict[str, Any] | None] | None = None) -> torch.Tensor:
+    """The decoder's last hidden states [B, T, H] of `input_ids`; with image rows (`mm_inputs`), on the token
+    embeddings with each prompt's image features merged in (one vision-tower call per distinct prompt) and the
+    model's multimodal position ids where it has them (Qwen2-VL's M-RoPE). `decoder` is `model`'s language model."""
+    if not has_images(mm_inputs):
+        return decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    from rlvr.models.vision import multimodal_embeds, position_ids
+
+    rows = list(mm_inputs)
+    embeds = multimodal_embeds(model, input_ids, rows)
+    positions = position_ids(model, input_ids, attention_mask, rows)  # None: the model counts 1D positions
+    return decoder(inputs_embeds=embeds, attention_mask=attention_mask, position_ids=positions).last_hidden_state
+
+
 def forward_tokens(
     model: Any,
     input_ids: torch.Tensor,
@@ -126,16 +145,11 @@ def forward_tokens(
     select = mask[:, 1:] > 0  # [B, T-1]: position t-1 predicts token t
     targets = input_ids[:, 1:][select]
     parts = _head_parts(model)
-    if mm_inputs is not None and any(m is not None for m in mm_inputs):
-        from rlvr.models.vision import multimodal_embeds, position_ids
-
+    if has_images(mm_inputs):
         if parts is None:
             raise ValueError("image inputs need a model whose logits are lm_head(language_model(x))")
         decoder, head = parts
-        embeds = multimodal_embeds(model, input_ids, list(mm_inputs))
-        positions = position_ids(model, input_ids, attention_mask, list(mm_inputs))  # Qwen2-VL's M-RoPE, else None
-        hidden = decoder(inputs_embeds=embeds, attention_mask=attention_mask,
-                         position_ids=positions).last_hidden_state
+        hidden = decoder_hidden(model, decoder, input_ids, attention_mask, mm_inputs)
         chosen = hidden[:, :-1][select]
         logits_of = head
     elif parts is not None and pack_tokens is not None and len(input_ids) > 1 and packable(model):
@@ -189,9 +203,11 @@ def token_logprobs(
 
 
 def token_values(backbone: Any, value_head: torch.nn.Module, input_ids: torch.Tensor,
-                 attention_mask: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Values [B, T] from a critic: `value_head` on the decoder states that precede each masked token."""
+                 attention_mask: torch.Tensor, mask: torch.Tensor,
+                 mm_inputs: list[dict[str, Any] | None] | None = None) -> torch.Tensor:
+    """Values [B, T] from a critic: `value_head` on the decoder states that precede each masked token (a
+    vision-language backbone sees each row's images, `mm_inputs`)."""
     decoder = backbone.get_decoder() if hasattr(backbone, "get_decoder") else backbone
-    hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    hidden = decoder_hidden(backbone, decoder, input_ids, attention_mask, mm_inputs)
     select = mask[:, 1:] > 0
     return _scatter(value_head(hidden[:, :-1][select]).squeeze(-1), select, mask.shape)

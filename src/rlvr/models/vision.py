@@ -253,9 +253,13 @@ def multimodal_embeds(model: Any, input_ids: torch.Tensor, mm_rows: list[dict[st
     vision-tower call; `features` (keyed by id(mm_inputs)) reuses encodings across calls."""
     features = {} if features is None else features
     embeds = model.get_input_embeddings()(input_ids)
+    placeholder = input_ids == image_token_id(model)
     pieces, counts = [], []
-    for mm in mm_rows:
-        if mm is None:
+    for row, mm in enumerate(mm_rows):
+        if mm is None:  # a row without images beside rows with them: its prompt must not hold placeholders
+            if bool(placeholder[row].any()):
+                raise ValueError(f"row {row} has {int(placeholder[row].sum())} image placeholder tokens but no "
+                                 "image inputs")
             counts.append(0)
             continue
         key = id(mm)

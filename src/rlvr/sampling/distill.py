@@ -65,8 +65,17 @@ class GKDSampler(BatchSampler):
             if not texts:
                 missing += 1
                 continue
-            prompt_ids, prompt_text = ctx.renderer.render(record)
+            mm = None
+            if getattr(ctx.renderer, "multimodal", False):  # an image prompt: its samples carry its pixels
+                rendered = ctx.renderer.render_or_skip(record)
+                if rendered is None:  # an image that does not decode: skipped and counted by the renderer
+                    continue
+                prompt_ids, prompt_text, mm = rendered
+            else:
+                prompt_ids, prompt_text = ctx.renderer.render(record)
             samples = [off_policy_sample(prompt_ids, t, ctx.tokenizer, self.append_eos) for t in texts]
+            for sample in samples:
+                sample.mm_inputs = mm  # one dict shared by the group's samples, as in rollout
             groups.append(Group(record=record, prompt_ids=list(prompt_ids), samples=samples, prompt_text=prompt_text))
         if not groups:
             raise ValueError(f"sampling 'gkd': no prompt of step {ctx.step} has a reference response (the task "

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from rlvr.config import Config, ConfigError
-from rlvr.learner import algorithm_inputs, needs_reference, needs_teacher
+from rlvr.learner import needs_reference, needs_teacher
 from rlvr.models import load_tokenizer, resolve_device, resolve_dtype, resolve_model_path
 from rlvr.models.teacher import check_teacher_tokenizer
 from rlvr.models.vision import is_vision_checkpoint, load_processor
@@ -84,6 +84,9 @@ def check_vision(cfg: Config, task: Any, tokenizer: Any) -> Any:
         paths.append(("model.reference_path", cfg.model.reference_path))
     if needs_teacher(cfg) and cfg.model.teacher_path:  # it scores the sampled tokens given the same images
         paths.append(("model.teacher_path", cfg.model.teacher_path))
+    critic = cfg.algorithm.critic
+    if critic is not None and critic.kind == "separate" and critic.path:  # a value model that sees the images
+        paths.append(("algorithm.critic.path", critic.path))
     for key, path in paths:
         if not is_vision_checkpoint(path, key=key):
             raise ConfigError(f"{key}: '{path}' is a text-only model (its config.json has no vision_config), but task "
@@ -92,14 +95,8 @@ def check_vision(cfg: Config, task: Any, tokenizer: Any) -> Any:
     if not getattr(engine, "multimodal", False):
         raise ConfigError(f"rollout.engine: the {cfg.rollout.engine} engine does not take images yet; task '{name}' "
                           "has images, so set rollout.engine=hf")
-    unsupported = {"algorithm.critic": cfg.algorithm.critic is not None, "agent": cfg.agent is not None}
-    for key, used in unsupported.items():
-        if used:
-            raise ConfigError(f"{key}: not supported with an image task ('{name}') yet; remove it from the config")
-    if "teacher_logits" in algorithm_inputs(cfg):  # GKD runs the teacher's decoder on tokens only
-        raise ConfigError(f"algorithm.loss: {cfg.algorithm.loss.name} compares full next-token distributions, which "
-                          f"are not computed with images yet (task '{name}'); distil on image tasks with the "
-                          "teacher's token log-probs instead (recipes kdrl, on_policy_distill)")
+    if cfg.agent is not None:
+        raise ConfigError(f"agent: not supported with an image task ('{name}') yet; remove it from the config")
     if uses_teacher_outputs(cfg):
         raise ConfigError(f"sampling.off_policy: teacher outputs are sampled without images; task '{name}' has "
                           "images, so use the student's own samples")

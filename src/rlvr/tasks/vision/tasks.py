@@ -105,6 +105,17 @@ class VisionTask(Task):
                           difficulty=record.difficulty, source=record.source, images=images,
                           meta={**record.meta, "shuffled_of": record.id})
 
+    def worked_solution(self, record: TaskRecord) -> str:
+        """A correct response in builtin-vl's answer layout (a leading space after the template's "A:"): the reference
+        for GKD's dataset steps and other off-policy samplers. Counting and digit sums add builtin-vl's scratchpad;
+        a box is "[x1, y1, x2, y2]", a click the button's centre "(x, y)", an order its numbers."""
+        answer = record.answer
+        if isinstance(answer, (list, tuple)) and len(answer) == 4 and self.name == "vl_click":
+            return f" ({(answer[0] + answer[2]) // 2}, {(answer[1] + answer[3]) // 2})"
+        if isinstance(answer, (list, tuple)):
+            return f" [{', '.join(str(int(v)) for v in answer)}]"
+        return f" {answer}"
+
     def _integer_verdict(self, response: str, record: TaskRecord) -> VerifyResult:
         value, why = answers.parse_int(response)
         if value is None:
@@ -152,6 +163,11 @@ class CountTask(VisionTask):
             drawn.append((shape, color, box))
         return TaskRecord(id="", question="How many shapes are in the image?", answer=str(n), difficulty=n,
                           images=[image], meta={"scene": repr(drawn), "shapes": drawn})
+
+    def worked_solution(self, record: TaskRecord) -> str:
+        """The shapes left to right as colour+shape initials, then the count: " rs bc: 2"."""
+        shapes = sorted(record.meta["shapes"], key=lambda sh: (sh[2][0], sh[2][1]))
+        return f" {' '.join(color[0] + shape[0] for shape, color, _box in shapes)}: {len(shapes)}"
 
     def verify(self, response: str, record: TaskRecord) -> VerifyResult:
         return self._integer_verdict(response, record)
@@ -258,6 +274,11 @@ class DigitsSumTask(VisionTask):
             draw_digit(draw, str(v), box[0], box[1], scale, ink)
         return TaskRecord(id="", question="What is the sum of the digits in the image?", answer=str(sum(values)),
                           difficulty=n, images=[image], meta={"scene": repr((values, boxes)), "digits": values})
+
+    def worked_solution(self, record: TaskRecord) -> str:
+        """The digits read left to right, then their sum: " 6+4=10"."""
+        digits = record.meta["digits"]
+        return f" {'+'.join(map(str, digits))}={sum(digits)}"
 
     def verify(self, response: str, record: TaskRecord) -> VerifyResult:
         return self._integer_verdict(response, record)
