@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from rlvr.config import ConfigError, load_config
 from rlvr.tracking import read_metrics
@@ -77,3 +78,48 @@ def test_what_is_not_wired_with_images_stops_before_the_run(recipe, overrides, m
     cfg = load_config(ROOT / "recipes" / recipe, [*VL, *overrides])
     with pytest.raises((ConfigError, ValueError), match=match):
         preflight(cfg, multi_rank=False)
+
+
+def test_luffy_guidance_on_an_image_task_carries_the_groups_images():
+    from rlvr.models import load_tokenizer
+    from rlvr.models.vision import load_processor, load_vlm_for_training
+    from rlvr.rollout import SamplingParams, build_engine, rollout_groups
+    from rlvr.sampling import SAMPLERS, StepContext
+    from rlvr.tasks import PromptRenderer, build_task
+
+    task = build_task("vl_jigsaw", {"eval_size": 2, "train_size": 4})  # builtin-vl never solves it: all groups fail
+    tok = load_tokenizer("builtin-vl")
+    policy = load_vlm_for_training("builtin-vl", trainable=False)
+    renderer = PromptRenderer(task, tok, "auto", load_processor("builtin-vl"))
+    engine = build_engine("hf", {}, 64, policy, tok)
+
+    def rollout(records, n):
+        groups = rollout_groups(engine, renderer, records, SamplingParams(n=n, max_new_tokens=8))
+        score(groups)
+        return groups
+
+    def score(groups):
+        for g in groups:
+            for s in g.samples:
+                s.correct = task.verify(s.text, g.record).correct
+                s.reward = float(s.correct)
+
+    sampler = SAMPLERS.build("luffy", {"trigger": "all_fail", "select": "likelihood", "num_guidance": 1},
+                             prompts=task.train, seed=0)
+    ctx = StepContext(step=1, prompts_per_step=2, n=3, rollout=rollout, task=task, tokenizer=tok,
+                      renderer=renderer, score=score, policy=policy)
+    torch.manual_seed(0)
+    groups, metrics = sampler.next_batch(ctx)
+    assert metrics["guided_groups"] == 2.0
+    for g in groups:
+        guide = g.samples[-1]
+        assert guide.meta.get("off_policy") and guide.correct
+        assert guide.mm_inputs is g.samples[0].mm_inputs and "pixel_values" in guide.mm_inputs
+    # `select: likelihood` scores candidates with the images: a blank image gives another score
+    from rlvr.sampling.guidance import mean_token_logprob
+
+    guide = groups[0].samples[-1]
+    (seen,) = mean_token_logprob(policy, [guide])
+    guide.mm_inputs = {"pixel_values": torch.zeros_like(guide.mm_inputs["pixel_values"])}
+    (blank,) = mean_token_logprob(policy, [guide])
+    assert seen < 0 and abs(seen - blank) > 1e-3

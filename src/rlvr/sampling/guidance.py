@@ -68,7 +68,9 @@ def mean_token_logprob(policy: Any, samples: list[Sample], temperature: float = 
     was_training = policy.training
     policy.eval()
     try:
-        out = forward_tokens(policy, ids.to(device), attn.to(device), mask.to(device), temperature)
+        mm = [s.mm_inputs for s in samples]  # image prompts: the policy reads each sample's images
+        out = forward_tokens(policy, ids.to(device), attn.to(device), mask.to(device), temperature,
+                             mm_inputs=mm if any(m is not None for m in mm) else None)
     finally:
         policy.train(was_training)
     lp = (out.logprobs.cpu() * mask).sum(1) / mask.sum(1).clamp(min=1)
@@ -128,6 +130,8 @@ class GuidanceSampler(BatchSampler):
                 continue
             candidates = [off_policy_sample(group.prompt_ids, text, ctx.tokenizer, self.append_eos)
                           for text in teacher_solutions(group.record, ctx.task)]
+            for c in candidates:  # an image prompt's guidance reads the same images (one shared dict)
+                c.mm_inputs = group.samples[0].mm_inputs if group.samples else None
             if candidates:
                 ctx.score([regroup(group, candidates)])
             if self.require_correct:

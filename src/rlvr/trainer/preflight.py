@@ -72,7 +72,7 @@ def preflight(cfg: Config, multi_rank: bool) -> tuple[Any, Any, torch.device]:
 
 
 # samplers that render, generate or score outside `rollout_groups`, so they would drop a prompt's images
-TEXT_ONLY_SAMPLERS = ("pcl", "ettrl_tree", "cure", "luffy")
+TEXT_ONLY_SAMPLERS = ("pcl", "ettrl_tree", "cure")
 
 
 def check_vision(cfg: Config, task: Any, tokenizer: Any) -> Any:
