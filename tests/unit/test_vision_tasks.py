@@ -299,3 +299,34 @@ def test_broken_images_are_skipped_and_counted() -> None:
 def test_text_records_have_no_images() -> None:
     record = TaskRecord(id="t", question="1+1")
     assert record.images is None and count_images(record) == 0 and record_images(record) == []
+
+
+def test_order_tasks_graded_positions_reward_by_hand():
+    from rlvr.tasks import build_task
+
+    task = build_task("vl_jigsaw", {"eval_size": 1, "train_size": 1, "reward_mode": "positions"})
+    record = task.heldout[0]
+    record.answer = "3 4 2 1"
+    cases = {" 3 4 2 1": (1.0, True), " 3 4 1 2": (0.5, False), " 1 1 1 1": (0.25, False),
+             " [2, 4, 2, 4]": (0.5, False), " 4 3 1 2": (0.0, False), " 3 4 2": (0.0, False),
+             " 3 4 2 5": (0.0, False), " 3 4 2 1 1": (0.0, False), "no idea": (0.0, False)}
+    for response, (reward, correct) in cases.items():
+        result = task.verify(response, record)
+        assert (result.reward, result.correct) == (reward, correct), response
+    exact = build_task("vl_frames", {"eval_size": 1, "train_size": 1, "frames": 3})
+    graded = build_task("vl_frames", {"eval_size": 1, "train_size": 1, "frames": 3, "reward_mode": "positions"})
+    rec = exact.heldout[0]
+    rec.answer = "2 3 1"
+    assert exact.verify(" 2 1 3", rec).reward == 0.0
+    assert graded.verify(" 2 1 3", rec).reward == pytest.approx(1 / 3)
+
+
+def test_every_visual_task_has_a_correct_worked_solution():
+    from rlvr.tasks import build_task
+    from rlvr.tasks.vision import VISION_TASKS
+
+    for name in (*VISION_TASKS, "vl_count_text", "vl_count_frames"):
+        task = build_task(name, {"eval_size": 5, "train_size": 1})
+        for record in task.heldout:
+            text = task.worked_solution(record)
+            assert text.startswith(" ") and task.verify(text, record).correct, (name, text)

@@ -84,8 +84,8 @@ def parse_point(text: str) -> tuple[tuple[float, float] | None, str]:
     return (values[0], values[1]), ""
 
 
-def parse_order(text: str, n: int) -> tuple[list[int] | None, str]:
-    """A permutation of 1..n from the answer region (e.g. '3 1 4 2' or '[3, 1, 4, 2]'), or (None, reason)."""
+def parse_numbers(text: str, n: int) -> tuple[list[int] | None, str]:
+    """Exactly n numbers, each in 1..n, from the answer region (repeats allowed), or (None, reason)."""
     region = answer_region(text)
     found = _DIGITS.findall(region)
     if not found:
@@ -94,7 +94,17 @@ def parse_order(text: str, n: int) -> tuple[list[int] | None, str]:
         return None, f"expected {n} numbers, got {len(found)}"
     if any(len(x) > 3 for x in found):
         return None, "a number in the order is too large"
-    order = [int(x) for x in found]
+    numbers = [int(x) for x in found]
+    if not all(1 <= x <= n for x in numbers):
+        return None, f"{numbers} has a number outside 1..{n}"
+    return numbers, ""
+
+
+def parse_order(text: str, n: int) -> tuple[list[int] | None, str]:
+    """A permutation of 1..n from the answer region (e.g. '3 1 4 2' or '[3, 1, 4, 2]'), or (None, reason)."""
+    order, why = parse_numbers(text, n)
+    if order is None:
+        return None, why
     if sorted(order) != list(range(1, n + 1)):
         return None, f"{order} is not a permutation of 1..{n}"
     return order, ""

@@ -11,15 +11,15 @@ image entry per image, for a processor's chat template.
     vl_digits_sum  the sum of the digits drawn              exact integer
     vl_ground      the box of the red square                IoU, correct >= 0.5 (grounding, VLM-R1)
     vl_click       a point on the named button of a screen  1 if inside its box (GUI-R1, UI-R1)
-    vl_jigsaw      the order that restores a 2x2 shuffle    exact permutation   (Jigsaw-R1)
-    vl_frames      the time order of shuffled clip frames   exact permutation   (Video-R1)
+    vl_jigsaw      the order that restores a 2x2 shuffle    exact permutation, or positions right (Jigsaw-R1)
+    vl_frames      the time order of shuffled clip frames   exact permutation, or positions right (Video-R1)
 """
 
 from __future__ import annotations
 
 import abc
 import random
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -126,6 +126,8 @@ class VisionTask(Task):
 
     def _order_verdict(self, response: str, record: TaskRecord) -> VerifyResult:
         expected = [int(x) for x in record.answer.split()]
+        if getattr(self, "reward_mode", "exact") == "positions":
+            return _positions_verdict(response, expected)
         order, why = answers.parse_order(response, len(expected))
         if order is None:
             return VerifyResult(0.0, False, why)
@@ -133,6 +135,30 @@ class VisionTask(Task):
         if order == expected:
             return VerifyResult(1.0, True, "correct", got)
         return VerifyResult(0.0, False, f"wrong order: got {got}, expected {record.answer}", got)
+
+
+def _positions_verdict(response: str, expected: list[int]) -> VerifyResult:
+    r"""Jigsaw-R1's graded reward for an order of n items: the fraction of positions whose number is right,
+
+        r = |{i : o_i = e_i}| / n,
+
+    when the answer lists exactly n numbers in 1..n (repeats allowed), else 0; correct only when all n are right.
+    Source: Wang et al., "Jigsaw-R1: A Study of Rule-based Visual Reinforcement Learning with Jigsaw Puzzles",
+    arXiv:2505.23590 (its accuracy reward for grid answers)."""
+    got, why = answers.parse_numbers(response, len(expected))
+    if got is None:
+        return VerifyResult(0.0, False, why)
+    right = sum(o == e for o, e in zip(got, expected))
+    shown = " ".join(map(str, got))
+    if right == len(expected):
+        return VerifyResult(1.0, True, "correct", shown)
+    return VerifyResult(right / len(expected), False, f"{right}/{len(expected)} positions right: got {shown}, "
+                        f"expected {' '.join(map(str, expected))}", shown)
+
+
+ORDER_REWARD = Annotated[Literal["exact", "positions"], Field(description=(
+    "exact: reward 1 for the right order, else 0; positions: Jigsaw-R1's graded reward, the fraction of positions "
+    "right (correct still means all right)"))]
 
 
 @TASKS.register("vl_count")
@@ -410,6 +436,15 @@ class JigsawTask(VisionTask):
 
     name = "vl_jigsaw"
 
+    def __init__(self, *, reward_mode: ORDER_REWARD = "exact", image_size: ImageSize = 48,
+                 train_size: TrainSize = 100_000, eval_size: EvalSize = 200, seed: Seed = 0,
+                 prompt_template: str | None = None, chat_prompt_template: str | None = None,
+                 system_prompt: str | None = None):
+        self.reward_mode = reward_mode
+        super().__init__(image_size=image_size, train_size=train_size, eval_size=eval_size, seed=seed,
+                         prompt_template=prompt_template, chat_prompt_template=chat_prompt_template,
+                         system_prompt=system_prompt)
+
     def make(self, rng: random.Random) -> TaskRecord:
         from PIL import Image, ImageDraw
 
@@ -451,11 +486,12 @@ class FramesTask(VisionTask):
 
     name = "vl_frames"
 
-    def __init__(self, *, frames: Annotated[int, Field(ge=2, le=6)] = 4,
+    def __init__(self, *, frames: Annotated[int, Field(ge=2, le=6)] = 4, reward_mode: ORDER_REWARD = "exact",
                  image_size: ImageSize = 48, train_size: TrainSize = 100_000,
                  eval_size: EvalSize = 200, seed: Seed = 0, prompt_template: str | None = None,
                  chat_prompt_template: str | None = None, system_prompt: str | None = None):
         self.frames = frames
+        self.reward_mode = reward_mode
         super().__init__(image_size=image_size, train_size=train_size, eval_size=eval_size, seed=seed,
                          prompt_template=prompt_template, chat_prompt_template=chat_prompt_template,
                          system_prompt=system_prompt)
