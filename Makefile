@@ -10,6 +10,9 @@ RLVR := $(VENV)/bin/rlvr
 TORCH_SPEC ?= torch==2.13.0
 DEMO_DIR ?= runs/demo-$(shell date +%Y%m%d-%H%M%S)
 PYTEST_ARGS ?=
+# The suite runs in two pytest-xdist workers (tests/conftest.py: one torch thread each; whole files go to a worker, and
+# the Ray/vLLM files are one unit, so they run one at a time); PYTEST_WORKERS=0 runs it serially in one process.
+PYTEST_WORKERS ?= 2
 BENCH_ARGS ?=
 
 .PHONY: install install-demo install-vllm demo test bench build-model demo-table gpu-check doctor clean help
@@ -77,7 +80,7 @@ demo-table:
 
 test: install install-vllm
 	$(VENV)/bin/lint-imports  # the package layers (pyproject.toml, docs/concepts.md)
-	RLVR_REQUIRE_VLLM=1 $(PY) -m pytest -q --durations=15 $(PYTEST_ARGS)
+	RLVR_REQUIRE_VLLM=1 $(PY) -m pytest -q --durations=15 -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 bench: install
 	$(PIP) install --quiet -e ".[test,bench]"

@@ -17,8 +17,52 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 settings.register_profile("rlvr", derandomize=True, database=None, print_blob=True)
 settings.register_profile("explore", derandomize=False, database=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "rlvr"))
-TORCH_THREADS = max(1, min(2, os.cpu_count() or 1))
+# `make test` runs the suite in two pytest-xdist worker processes (`-n 2 --dist loadfile`); each worker then
+# gets one intra-op thread (two workers x two threads on two cores oversubscribes the cores), and so do the
+# processes the tests start (`rlvr train` subprocesses, torchrun ranks, Ray's raylet and actors inherit
+# OMP_NUM_THREADS). A plain `pytest` (no -n) keeps up to two threads.
+XDIST_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+TORCH_THREADS = max(1, min(2, os.cpu_count() or 1) // max(1, XDIST_WORKERS))
+if XDIST_WORKERS > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(TORCH_THREADS))
+    os.environ.setdefault("MKL_NUM_THREADS", str(TORCH_THREADS))
 torch.set_num_threads(TORCH_THREADS)
+
+# `make test` distributes the tests by file (`--dist loadfile`), so a module's tests stay on one worker and its
+# module-scoped fixtures (trained runs, engines) are built once, as in a serial run. The files below are one
+# unit together: they run one after another on one worker, never two at once, because each starts a local Ray
+# cluster (raylet, GCS, object store) or a vLLM engine (its own KV cache and threads), and two of those at once
+# on 2 shared cores is the contention that turns start-up timeouts red. (pytest-xdist's own `xdist_group` mark
+# does not group under pytest 9.2: xdist 3.8 renames `item._nodeid`, which pytest 9.2 no longer reads.) The
+# torchrun / mp.spawn tests need no unit of their own: they take free ports (tests/e2e/ranks.py).
+SERIAL_GROUP = "ray_vllm"
+SERIAL_FILES = frozenset({
+    "tests/e2e/test_distributed.py",
+    "tests/e2e/test_ray_learner.py",
+    "tests/e2e/test_ray_reward_model.py",
+    "tests/e2e/test_vl_ray.py",
+    "tests/e2e/test_vllm.py",
+})
+
+
+def xdist_unit(nodeid: str) -> str:
+    """The unit of work a test belongs to under `--dist loadfile`: its file, or SERIAL_GROUP."""
+    path = nodeid.split("::", 1)[0]
+    return SERIAL_GROUP if path in SERIAL_FILES else path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """`--dist loadfile`, with SERIAL_FILES as one unit (the hook is pytest-xdist's; without it, unused)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class _LoadFileWithSerialGroup(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_unit(nodeid)
+
+    return _LoadFileWithSerialGroup(config, log)
 
 
 @pytest.fixture(autouse=True)
