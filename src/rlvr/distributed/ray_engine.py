@@ -173,12 +173,36 @@ class RayEngine(RolloutEngine):
         self._weights: Any = None  # object ref of the latest broadcast
         self.restarts = 0
         self._submits = 0
+        self._check_room()
         for _ in range(dist.rollout_workers):
             self.workers.append(self._spawn())
         self._group: Any = None  # (store, process group) with the workers, for weight_sync: broadcast
         self._source: Any = None  # the model last synced from (a replaced worker needs its weights)
         if dist.weight_sync == "broadcast":
             self._open_weight_group()
+
+    def _check_room(self) -> None:
+        """Raise a clear error when the cluster cannot hold every rollout worker (e.g. 2 workers x 1 CPU beside a
+        reference worker on a 2-CPU machine), instead of hanging at the first weight sync with a worker that is never
+        placed. Waits up to the placement timeout for resources to free up; model loading is not bounded."""
+        from rlvr.distributed.ray_groups import PLACEMENT_TIMEOUT_S
+
+        dist = self.cfg.distributed
+        need = {"CPU": dist.rollout_workers * dist.cpus_per_rollout_worker,
+                "GPU": dist.rollout_workers * dist.gpus_per_rollout_worker}
+        deadline = time.monotonic() + PLACEMENT_TIMEOUT_S
+        while True:
+            free = self.ray.available_resources()
+            short = {k: v for k, v in need.items() if v > 0 and free.get(k, 0.0) + 1e-9 < v}
+            if not short or time.monotonic() > deadline:
+                break
+            time.sleep(1.0)
+        if short:
+            raise RuntimeError(
+                f"the cluster has no room for {dist.rollout_workers} rollout worker(s): they ask for "
+                f"{need['CPU']:g} CPU(s) and {need['GPU']:g} GPU(s) in all, and {free} is free (other rlvr workers "
+                "placed before them hold the rest). Lower distributed.rollout_workers or "
+                "distributed.cpus_per_rollout_worker, or add resources (distributed.num_cpus for a local runtime)")
 
     def _spawn(self) -> Any:
         cfg, dist = self.cfg, self.cfg.distributed
