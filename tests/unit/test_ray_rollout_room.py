@@ -8,7 +8,7 @@ import types
 import pytest
 
 from rlvr.config import load_config
-from rlvr.distributed import ray_groups
+from rlvr.distributed import ray_engine
 from rlvr.distributed.ray_engine import RayEngine
 
 
@@ -29,7 +29,7 @@ def _engine(free, *overrides):
 
 
 def test_no_room_for_the_rollout_workers_names_the_knobs(monkeypatch):
-    monkeypatch.setattr(ray_groups, "PLACEMENT_TIMEOUT_S", 0.0)
+    monkeypatch.setattr(ray_engine, "PLACEMENT_TIMEOUT_S", 0.0)
     with pytest.raises(RuntimeError, match=r"no room for 2 rollout worker\(s\): they ask for 2 CPU\(s\).*"
                                            r"distributed.rollout_workers or distributed.cpus_per_rollout_worker"):
         _engine({"CPU": 1.5}, "distributed.rollout_workers=2")._check_room()

@@ -30,6 +30,8 @@ from rlvr.models.lora import plain_state_dict
 from rlvr.rollout.base import RolloutEngine, SamplingParams
 from rlvr.types import Sample
 
+PLACEMENT_TIMEOUT_S = 120.0  # how long an actor may wait for the cluster to place it before a clear error
+
 log = logging.getLogger("rlvr.distributed")
 
 WEIGHT_GROUP_TIMEOUT_S = 300.0
@@ -185,8 +187,6 @@ class RayEngine(RolloutEngine):
         """Raise a clear error when the cluster cannot hold every rollout worker (e.g. 2 workers x 1 CPU beside a
         reference worker on a 2-CPU machine), instead of hanging at the first weight sync with a worker that is never
         placed. Waits up to the placement timeout for resources to free up; model loading is not bounded."""
-        from rlvr.distributed.ray_groups import PLACEMENT_TIMEOUT_S
-
         dist = self.cfg.distributed
         need = {"CPU": dist.rollout_workers * dist.cpus_per_rollout_worker,
                 "GPU": dist.rollout_workers * dist.gpus_per_rollout_worker}

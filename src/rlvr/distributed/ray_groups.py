@@ -25,12 +25,10 @@ from typing import Any
 
 import torch
 
-from rlvr.distributed.ray_engine import _split, connect_ray, cpu_state, kill_actor
+from rlvr.distributed.ray_engine import PLACEMENT_TIMEOUT_S, _split, connect_ray, cpu_state, kill_actor
 from rlvr.types import Batch
 
 log = logging.getLogger("rlvr.distributed")
-
-PLACEMENT_TIMEOUT_S = 120.0
 
 
 def start_actor(ray: Any, cls: type, args: tuple, *, num_cpus: float, num_gpus: float, what: str,
