@@ -158,3 +158,46 @@ def test_vl_count_frames_clip_is_in_time_order():
         assert np.array_equal(np.asarray(clip[-1]), np.asarray(same.images[0][-1]))  # seeded: the same pixels
         blank = np.asarray(clip[0]) == np.asarray(clip[0])[0, 0]
         assert blank.all() == (counts[0] == 0)  # a frame with no shapes yet is the plain canvas
+
+
+def test_gui_rc_vote_by_hand():
+    from rlvr.rewards.label_free.region import consensus_point, region_vote_hit
+    from rlvr.tasks import build_task
+
+    # boxes [x1, y1, x2, y2) of cells: (2,2)-(4,4) is covered by all three, so its first cell (x 2, y 2) wins
+    assert consensus_point([(0, 0, 4, 4), (2, 2, 6, 6), (2, 2, 4, 4), None]) == (2.5, 2.5)
+    assert consensus_point([None, None]) is None
+    assert consensus_point([(5, 1, 6, 2), (1, 5, 2, 6)]) == (5.5, 1.5)  # a tie: the top-left-most cell, row-major
+    task = build_task("vl_click", {"eval_size": 1, "train_size": 1})
+    record = task.heldout[0]
+    record.answer = [10, 10, 20, 16]
+    inside, outside = "(15, 13)", "(30, 30)"
+    # 5x5-pixel squares around the points: two inside agree, one outside -> the vote lands inside
+    assert region_vote_hit([inside, inside, outside], record, task) is True
+    assert region_vote_hit([outside, outside, inside], record, task) is False
+    assert region_vote_hit(["no point", "none"], record, task) is False
+    counting = build_task("vl_count", {"eval_size": 1, "train_size": 1})
+    assert region_vote_hit(["3"], counting.heldout[0], counting) is None  # not a grounding task
+
+
+def test_eval_reports_the_gui_rc_vote_on_a_grounding_task():
+    import torch
+
+    from rlvr.eval.evaluate import evaluate
+    from rlvr.models import load_tokenizer
+    from rlvr.models.vision import load_processor, load_vlm_for_training
+    from rlvr.rollout import SamplingParams, build_engine
+    from rlvr.tasks import PromptRenderer, build_task
+
+    task = build_task("vl_click", {"eval_size": 4, "train_size": 1})
+    tok = load_tokenizer("builtin-vl")
+    engine = build_engine("hf", {}, 64, load_vlm_for_training("builtin-vl", trainable=False), tok)
+    renderer = PromptRenderer(task, tok, "auto", load_processor("builtin-vl"))
+    torch.manual_seed(0)
+    result = evaluate(engine, renderer, task, task.heldout, SamplingParams(n=3, max_new_tokens=12), [1])
+    votes = [p["region_vote"] for p in result["problems"]]
+    assert len(votes) == 4 and result["region_vote"] == sum(votes) / 4
+    counting = build_task("vl_count", {"eval_size": 2, "train_size": 1})
+    plain = evaluate(engine, PromptRenderer(counting, tok, "auto", load_processor("builtin-vl")), counting,
+                     counting.heldout, SamplingParams(n=2, max_new_tokens=8), [1])
+    assert "region_vote" not in plain

@@ -1,4 +1,5 @@
-"""Held-out evaluation: n samples per prompt, pass@k, maj@k, accuracy, mean length, per-difficulty breakdown."""
+"""Held-out evaluation: n samples per prompt, pass@k, maj@k, accuracy, mean length, per-difficulty breakdown;
+for grounding tasks (a `predicted_region`), GUI-RC's spatial vote (`region_vote`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 
 from rlvr.eval.passk import maj_at_k, mean_pass_at_k
 from rlvr.rewards import CorrectnessReward, RewardFunction
+from rlvr.rewards.label_free.region import region_vote_hit
 from rlvr.rollout.base import RolloutEngine, SamplingParams, rollout_groups
 from rlvr.types import TaskRecord
 
@@ -67,6 +69,9 @@ def evaluate(
                 "example": g.samples[0].text[:500],
             }
             # A correct sample without an extracted answer means the verifier reports none: no vote to count.
+            hit = region_vote_hit([s.text for s in g.samples], g.record, task)  # GUI-RC, grounding tasks only
+            if hit is not None:
+                problem["region_vote"] = hit
             if not any(ok and a is None for a, ok in zip(answers, flags)):
                 problem["maj@k"] = {str(k): maj_at_k(answers, flags, k) for k in ks}
                 problem["answers"] = [short_answer(a) for a in answers]
@@ -164,6 +169,9 @@ def summarize(problems: list[dict[str, Any]], ks: Sequence[int], lengths: list[i
     maj = _mean_maj(problems, ks)
     if maj is not None:
         result["maj@k"] = maj
+    votes = [p.get("region_vote") for p in problems]
+    if votes and all(v is not None for v in votes):  # GUI-RC: the spatial vote of all n samples, per prompt
+        result["region_vote"] = sum(votes) / len(votes)
     result.update({
         "accuracy": sum(c for _, c in counts) / max(total, 1),
         "mean_length": sum(lengths) / max(len(lengths), 1),

@@ -63,6 +63,38 @@ def region_consistency(regions: list[Box | None], width: int, height: int) -> tu
     return rewards, v_max
 
 
+def consensus_point(regions: list[Box | None]) -> tuple[float, float] | None:
+    """GUI-RC's voted answer as a point: the centre of the first cell (row-major) with the most votes, or None when
+    no sample gave a region. When several areas tie for the most votes this picks the top-left one."""
+    votes: dict[tuple[int, int], int] = {}
+    for box in regions:
+        if box is not None:
+            for y in range(box[1], box[3]):
+                for x in range(box[0], box[2]):
+                    votes[(y, x)] = votes.get((y, x), 0) + 1
+    if not votes:
+        return None
+    top = max(votes.values())
+    y, x = min(cell for cell, v in votes.items() if v == top)
+    return x + 0.5, y + 0.5
+
+
+def region_vote_hit(texts: list[str], record: Any, task: Any, point_size: int = 5) -> bool | None:
+    """GUI-RC (test-time, no training): whether the voted point of the responses `texts` falls inside the record's
+    true box; None when the task has no `predicted_region` or the record no box."""
+    locate = getattr(task, "predicted_region", None)
+    truth = record.answer
+    if not callable(locate) or not isinstance(truth, (list, tuple)) or len(truth) != 4:
+        return None
+    width, height = _image_size(Group(record=record, prompt_ids=[], samples=[]), task)
+    regions = []
+    for text in texts:
+        kind, coords = locate(text)
+        regions.append(None if kind is None else region_cells(kind, coords, width, height, point_size))
+    point = consensus_point(regions)
+    return point is not None and truth[0] <= point[0] <= truth[2] and truth[1] <= point[1] <= truth[3]
+
+
 @REWARDS.register("gui_rcpo")
 class RegionConsistencyReward:
     r"""GUI-RCPO: region-consistency reward for grounding without labels.
@@ -118,15 +150,9 @@ class RegionConsistencyReward:
         truth = group.record.answer
         if v_max == 0 or not isinstance(truth, (list, tuple)) or len(truth) != 4:
             return
-        votes = {}
-        for box in regions:
-            if box is not None:
-                for y in range(box[1], box[3]):
-                    for x in range(box[0], box[2]):
-                        votes[(y, x)] = votes.get((y, x), 0) + 1
-        y, x = min(cell for cell, v in votes.items() if v == v_max)  # the first consensus cell, row-major
+        x, y = consensus_point(regions)
         self.labelled += 1
-        self.hits += int(truth[0] <= x + 0.5 <= truth[2] and truth[1] <= y + 0.5 <= truth[3])
+        self.hits += int(truth[0] <= x <= truth[2] and truth[1] <= y <= truth[3])
 
     def metrics(self) -> dict[str, float]:
         m = {"no_region_frac": self.no_region / max(self.samples, 1)}
