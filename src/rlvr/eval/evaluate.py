@@ -68,10 +68,10 @@ def evaluate(
                 "truncated": sum(s.truncated for s in g.samples),
                 "example": g.samples[0].text[:500],
             }
-            # A correct sample without an extracted answer means the verifier reports none: no vote to count.
             hit = region_vote_hit([s.text for s in g.samples], g.record, task)  # GUI-RC, grounding tasks only
             if hit is not None:
                 problem["region_vote"] = hit
+            # A correct sample without an extracted answer means the verifier reports none: no vote to count.
             if not any(ok and a is None for a, ok in zip(answers, flags)):
                 problem["maj@k"] = {str(k): maj_at_k(answers, flags, k) for k in ks}
                 problem["answers"] = [short_answer(a) for a in answers]

@@ -68,9 +68,8 @@ def mean_token_logprob(policy: Any, samples: list[Sample], temperature: float = 
     was_training = policy.training
     policy.eval()
     try:
-        mm = [s.mm_inputs for s in samples]  # image prompts: the policy reads each sample's images
         out = forward_tokens(policy, ids.to(device), attn.to(device), mask.to(device), temperature,
-                             mm_inputs=mm if any(m is not None for m in mm) else None)
+                             mm_inputs=[s.mm_inputs for s in samples])  # image prompts: read with their images
     finally:
         policy.train(was_training)
     lp = (out.logprobs.cpu() * mask).sum(1) / mask.sum(1).clamp(min=1)

@@ -86,7 +86,7 @@ def region_vote_hit(texts: list[str], record: Any, task: Any, point_size: int = 
     truth = record.answer
     if not callable(locate) or not isinstance(truth, (list, tuple)) or len(truth) != 4:
         return None
-    width, height = _image_size(Group(record=record, prompt_ids=[], samples=[]), task)
+    width, height = _image_size(record, task)
     regions = []
     for text in texts:
         kind, coords = locate(text)
@@ -127,7 +127,7 @@ class RegionConsistencyReward:
         if not callable(locate):
             raise ValueError(f"rewards.gui_rcpo: task '{getattr(task, 'name', task)}' does not say where a response "
                              "points (no predicted_region); use a grounding task such as vl_click or vl_ground")
-        width, height = _image_size(group, task)
+        width, height = _image_size(group.record, task)
         regions: list[Box | None] = []
         reasons = []
         for s in group.samples:
@@ -162,11 +162,11 @@ class RegionConsistencyReward:
         return m
 
 
-def _image_size(group: Group, task: Any) -> tuple[int, int]:
+def _image_size(record: Any, task: Any) -> tuple[int, int]:
     size = getattr(task, "image_size", None)
     if isinstance(size, int) and size > 0:
         return size, size
-    images = group.record.images or []
+    images = record.images or []
     if images and hasattr(images[0], "size"):
         return tuple(images[0].size)  # type: ignore[return-value]
     raise ValueError("rewards.gui_rcpo: cannot tell the image size (no task.image_size and no PIL image in the "
