@@ -1,12 +1,12 @@
 #!/usr/bin/env python
 """Build the shipped tiny VLM `builtin-vl` (src/rlvr/models/builtin_vl/) from scratch, reproducibly.
 
-    OMP_NUM_THREADS=1 python scripts/build_vl_model.py      # the shipped build 4: 12-26 minutes on one thread
-    # the build-6 variant, not shipped (2026-11-26; 15.6 minutes on one thread): click read from one-button
-    # screens; docs/vision.md says why it is not shipped
-    OMP_NUM_THREADS=1 python scripts/build_vl_model.py --tasks vl_count,vl_click,vl_count,vl_click,vl_digits_sum \
-        --eval-tasks vl_count,vl_digits_sum,vl_click --steps 2800 --easy-steps 2800 --pos-init sincos \
-        --pos-scale 1.0 --guide-attention 1.0 --out /tmp/vl_b6
+    python scripts/build_vl_model.py          # the shipped build 7 (2026-11-26): ~17 minutes with --threads 2
+    # build 4, shipped until build 7 (12-26 minutes on one thread):
+    OMP_NUM_THREADS=1 python scripts/build_vl_model.py --tasks vl_count,vl_digits_sum,vl_click --steps 2400 \
+        --teacher-right 0.6 --pos-init random --pos-scale 0.3 --guide-attention 0 --easy-frac 0 \
+        --guide-bind-layers "" --no-question-first --eval-tasks vl_count,vl_digits_sum,vl_click --threads 1 \
+        --out /tmp/vl_b4
     python scripts/build_vl_model.py --tasks vl_count,vl_ground --steps 300 --out /tmp/vl   # a variant
 
 1. Processor: the byte-level tokenizer of the built-in text model plus one `<image>` special token, a slow
@@ -17,9 +17,11 @@
    Why LLaVA: it loads through `AutoModelForImageTextToText` / `AutoProcessor` and its processor needs only
    PIL and numpy, while Qwen2-VL's processor wants torchvision's video utilities in recent transformers.
 3. Supervised pretraining on the TRAIN splits of the synthetic visual tasks (rlvr.tasks.vision), with a
-   careless teacher: its answer is right with probability TEACHER_RIGHT and otherwise a near miss (a count
-   off by one, a shifted box, a click on another button, two tiles swapped). Sampling at temperature 1
-   reproduces the carelessness, so the model starts imperfect and RL has room to lift it.
+   teacher: counts and digit sums come with a scratchpad that misreads with probability SLIP; other answers
+   are right with probability --teacher-right (1.0 in the shipped build) and otherwise a near miss (a shifted
+   box, a click on another button, two tiles swapped). Click and jigsaw examples also get the training-time
+   attention guides (`attention_guide_loss`, `bind_guide_loss`; the saved model is a plain LLaVA). The tiny
+   model learns the tasks imperfectly, so sampling at temperature 1 leaves RL room to lift it.
 4. Held-out pass@1 per task with plain HF `generate` (temperature 1, n samples per prompt), written to
    build_info.json and printed.
 """
@@ -43,9 +45,14 @@ from rlvr.tasks.images import IMAGE_TOKEN, record_images  # noqa: E402
 
 IMAGE_SIZE, PATCH = 48, 8
 ALL_TASKS = ("vl_count", "vl_digits_sum", "vl_ground", "vl_click", "vl_jigsaw", "vl_frames")
-# The shipped mix: with all six tasks, 900 steps left ground, jigsaw and frames at ~1% (see docs/vision.md).
-TASK_NAMES = ("vl_count", "vl_digits_sum", "vl_click")
+# The shipped mix (build 7). With all six tasks once each, build 1's 900 steps left ground, jigsaw and frames at
+# ~1% (see docs/vision.md).
+TASK_NAMES = ("vl_count", "vl_click", "vl_count", "vl_click", "vl_digits_sum", "vl_jigsaw")  # twice: 2x examples
+EVAL_TASKS = ("vl_count", "vl_digits_sum", "vl_click", "vl_jigsaw")
 TEACHER_RIGHT = 0.6
+# The shipped build's teacher (--teacher-right P or TASK=P,...): right on every click and jigsaw answer. A
+# careless teacher there (vl_click=0.7,vl_jigsaw=0.4, build 8) left the model at chance on both (docs/vision.md).
+TEACHER_RIGHT_DEFAULT = "1.0"
 SLIP = 0.15
 # --easy-steps: the first steps draw these easier variants (one button, no distractor), a curriculum.
 EASY = {"vl_click": {"buttons": (1, 1)}, "vl_ground": {"distractors": 0}}
@@ -65,6 +72,19 @@ CHAT_TEMPLATE = (
     "{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for c in m['content'] %}"
     "{% if c['type'] == 'image' %}<image>{% elif c['type'] == 'text' %}{{ c['text'] }}{% endif %}"
     "{% endfor %}{% endif %}"
+    "{% if m['role'] == 'assistant' %}<|endoftext|>{% else %}\n{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}A:{% endif %}"
+)
+# --question-first: "Q: question<image>\nA:". The image tokens come after the words that name the target, so each
+# can attend to them (is my colour the one asked for?) before the answer reads the image; with the image first,
+# only the answer sees both, and matching the named colour to one button was not learned (build history D4, D7).
+QUESTION_FIRST_TEMPLATE = (
+    "{% for m in messages %}"
+    "{% if m['role'] == 'assistant' %}A:"
+    "{% elif m['role'] == 'system' %}S: {% else %}Q: {% endif %}"
+    "{% if m['content'] is string %}{{ m['content'] }}{% else %}"
+    "{% for c in m['content'] %}{% if c['type'] == 'text' %}{{ c['text'] }}{% endif %}{% endfor %}"
+    "{% for c in m['content'] %}{% if c['type'] == 'image' %}<image>{% endif %}{% endfor %}{% endif %}"
     "{% if m['role'] == 'assistant' %}<|endoftext|>{% else %}\n{% endif %}"
     "{% endfor %}{% if add_generation_prompt %}A:{% endif %}"
 )
@@ -117,17 +137,29 @@ def careless_answer(name: str, record, rng: random.Random, p_right: float = TEAC
     return " " + " ".join(order), right
 
 
-def make_processor(path: Path):
+def parse_teacher_right(text: str) -> dict[str, float]:
+    """`--teacher-right`: "0.8" (every task) or "vl_click=0.7,vl_jigsaw=0.4" (the rest TEACHER_RIGHT), as
+    {task: p, "*": default}. ValueError on anything else."""
+    out = {"*": TEACHER_RIGHT}
+    for part in filter(None, text.split(",")):
+        name, _, value = part.rpartition("=")
+        out[name or "*"] = float(value)
+    if not all(0.0 <= v <= 1.0 for v in out.values()):
+        raise ValueError("probabilities must be in [0, 1]")
+    return out
+
+
+def make_processor(path: Path, template: str = CHAT_TEMPLATE):
     from transformers import CLIPImageProcessor, LlavaProcessor
 
     tok = build_byte_tokenizer()
     tok.add_tokens([IMAGE_TOKEN], special_tokens=True)
-    tok.chat_template = CHAT_TEMPLATE
+    tok.chat_template = template
     images = CLIPImageProcessor(size={"height": IMAGE_SIZE, "width": IMAGE_SIZE}, do_center_crop=False,
                                 crop_size={"height": IMAGE_SIZE, "width": IMAGE_SIZE}, do_convert_rgb=True,
                                 image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5], resample=3)
     processor = LlavaProcessor(image_processor=images, tokenizer=tok, patch_size=PATCH,
-                               vision_feature_select_strategy="default", chat_template=CHAT_TEMPLATE,
+                               vision_feature_select_strategy="default", chat_template=template,
                                image_token=IMAGE_TOKEN, num_additional_image_tokens=1)
     processor.save_pretrained(str(path))
     cfg_path = path / "tokenizer_config.json"  # the generic fast class loads in any transformers release
@@ -159,9 +191,21 @@ def sincos_positions(model, scale: float) -> None:
             table[i + 1, : 4 * q] = code * scale
 
 
-def target_box(name: str, record) -> list[int] | None:
-    """The box an answer must look at: the named button (vl_click), the red square (vl_ground); else None."""
-    return list(record.answer) if name in ("vl_click", "vl_ground") else None
+def guide_targets(name: str, record, completion: str) -> list[tuple[int | None, int, list[int]]] | None:
+    """Where each answer token must look: (completion token index or None for all answer tokens, image index,
+    box in that image's pixels). The named button (vl_click), the red square (vl_ground); for vl_jigsaw and
+    vl_frames, the token of each number in the answer looks at the tile or frame it names (the completion is
+    byte-level, " 2 4 1 3": number k is token 2k + 1). Else None."""
+    if name in ("vl_click", "vl_ground"):
+        return [(None, 0, list(record.answer))]
+    half = IMAGE_SIZE // 2
+    if name == "vl_jigsaw":
+        return [(2 * k + 1, 0, [(t - 1) % 2 * half, (t - 1) // 2 * half, (t - 1) % 2 * half + half,
+                                (t - 1) // 2 * half + half])
+                for k, t in enumerate(int(d) for d in completion.split())]
+    if name == "vl_frames":
+        return [(2 * k + 1, int(d) - 1, [0, 0, IMAGE_SIZE, IMAGE_SIZE]) for k, d in enumerate(completion.split())]
+    return None
 
 
 def target_words(name: str, record) -> tuple[str, str] | None:
@@ -195,30 +239,69 @@ def patch_weights(box: list[int]) -> list[float]:
     return [w / total for w in weights]
 
 
-def attention_guide_loss(attentions, batch, boxes, image_token: int, layers: list[int], head: int,
+def other_boxes(name: str, record) -> list[list[int]]:
+    """The buttons not named (vl_click): with `--guide-bind-layers`, their image tokens must not read the colour word."""
+    if name != "vl_click":
+        return []
+    return [list(b) for b in record.meta["buttons"].values() if list(b) != list(record.answer)]
+
+
+def bind_guide_loss(attentions, batch, targets, others, words, image_token: int, layers: list[int], head: int):
+    """In `layers`, head `head`: the target's image tokens put their attention on the question's words naming the
+    target (-log mass) and the other buttons' tokens do not (-log(1 - mass)); mean over those tokens.
+
+    With the question first (`--question-first`), this is the binding step: an image token learns whether its
+    colour is the one asked for, so that a later layer's answer can attend to the flagged tokens alone.
+    """
+    import torch
+
+    side = IMAGE_SIZE // PATCH
+    losses = []
+    for b, example in enumerate(targets):
+        if not example or not words or not words[b] or example[0][0] is not None:
+            continue
+        image_pos = (batch["input_ids"][b] == image_token).nonzero().flatten().view(-1, side * side)
+        cols = torch.tensor(words[b])
+        on = image_pos[0][torch.tensor(patch_weights(example[0][2])) > 0]
+        off = [image_pos[0][torch.tensor(patch_weights(box)) > 0] for box in others[b]]
+        for layer in layers:
+            attn = attentions[layer][b, head]
+            losses.append(-torch.log(attn[on][:, cols].sum(-1) + 1e-6).mean())
+            for rows in off:
+                losses.append(-torch.log(1 - attn[rows][:, cols].sum(-1) + 1e-6).mean())
+    return torch.stack(losses).mean() if losses else None
+
+
+def attention_guide_loss(attentions, batch, targets, image_token: int, layers: list[int], head: int,
                          words=None, word_layers: list[int] = ()):
-    """Mean over answer positions of -log(attention mass on the target box's image tokens), one head per layer;
-    and, in `word_layers`, -log(mass on the question's words naming the target) (`words[b]`: positions).
+    """Mean over answer positions of -log(attention mass on the target box's image tokens), one head per layer
+    (`targets[b]`: `guide_targets`); and, in `word_layers`, -log(mass on the question's words naming the target)
+    (`words[b]`: positions).
 
     A training-time signal only (the saved model is a plain LLaVA): on click and ground examples the answer
     must read the position of one object, a content-selected attention the tiny model does not find from the
     answer loss alone in thousands of steps (its answers stay the same string for every image; see
-    docs/vision.md). `boxes[b]` is None for examples without a target (they add nothing).
+    docs/vision.md). `targets[b]` is None for examples without a target (they add nothing).
     """
     import torch
 
     losses = []
-    for b, box in enumerate(boxes):
-        if box is None:
+    side = IMAGE_SIZE // PATCH
+    for b, example in enumerate(targets):
+        if not example:
             continue
         ids = batch["input_ids"][b]
-        image_pos = (ids == image_token).nonzero().flatten()
-        on = image_pos[torch.tensor(patch_weights(box)) > 0]
-        answer_pos = (batch["labels"][b] != -100).nonzero().flatten() - 1  # positions predicting answer tokens
-        for layer in layers:
-            attn = attentions[layer][b, head]  # (T, T), rows = queries
-            mass = attn[answer_pos][:, on].sum(-1)
-            losses.append(-torch.log(mass + 1e-6).mean())
+        image_pos = (ids == image_token).nonzero().flatten().view(-1, side * side)  # one row per image
+        answer_pos = (batch["labels"][b] != -100).nonzero().flatten() - 1  # answer_pos[i] predicts token i
+        for token, image, box in example:
+            if token is not None and token >= len(answer_pos):
+                continue
+            on = image_pos[image][torch.tensor(patch_weights(box)) > 0]
+            rows = answer_pos if token is None else answer_pos[token : token + 1]
+            for layer in layers:
+                attn = attentions[layer][b, head]  # (T, T), rows = queries
+                mass = attn[rows][:, on].sum(-1)
+                losses.append(-torch.log(mass + 1e-6).mean())
         for layer in word_layers if words is not None and words[b] else ():
             attn = attentions[layer][b, head]
             mass = attn[answer_pos][:, torch.tensor(words[b])].sum(-1)
@@ -302,42 +385,56 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=ROOT / "src/rlvr/models/builtin_vl")
     ap.add_argument("--tasks", default=",".join(TASK_NAMES), help="comma-separated pretraining mix")
-    ap.add_argument("--steps", type=int, default=2400)
-    ap.add_argument("--teacher-right", type=float, default=TEACHER_RIGHT)
+    ap.add_argument("--steps", type=int, default=3200)
+    ap.add_argument("--teacher-right", default=TEACHER_RIGHT_DEFAULT,
+                    help="how often the teacher's click/ground/jigsaw/frames answer is right: P for every task, "
+                         "or TASK=P,... (others: TEACHER_RIGHT)")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--eval-prompts", type=int, default=50)
     ap.add_argument("--n", type=int, default=8, help="samples per held-out prompt")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--eval-tasks", default=None,
-                    help="comma-separated tasks to evaluate (default: the pretraining mix)")
-    ap.add_argument("--pos-init", choices=("random", "sincos"), default="random",
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--eval-tasks", default=",".join(EVAL_TASKS),
+                    help="comma-separated tasks to evaluate (empty: the pretraining mix)")
+    ap.add_argument("--pos-init", choices=("random", "sincos"), default="sincos",
                     help="vision position embeddings: the default random init, or a 2D sin/cos code")
-    ap.add_argument("--pos-scale", type=float, default=0.3, help="amplitude of --pos-init sincos")
-    ap.add_argument("--guide-attention", type=float, default=0.0, metavar="WEIGHT",
+    ap.add_argument("--pos-scale", type=float, default=1.0, help="amplitude of --pos-init sincos")
+    ap.add_argument("--guide-attention", type=float, default=1.0, metavar="WEIGHT",
                     help="weight of the training-time attention guide on click/ground examples (0: off)")
     ap.add_argument("--guide-layers", default="1", help="language-model layers whose head --guide-head is guided")
     ap.add_argument("--guide-head", type=int, default=0)
     ap.add_argument("--guide-word-layers", default="",
                     help="layers whose guided head is also led from the answer to the words naming the target")
+    ap.add_argument("--guide-bind-layers", default="0",
+                    help="layers whose guided head leads the named button's image tokens to the colour word "
+                         "(bind_guide_loss; needs --question-first)")
     ap.add_argument("--easy-steps", type=int, default=0,
                     help="curriculum: the first N steps draw the EASY variants of click (one button) and ground")
-    ap.add_argument("--easy-frac", type=float, default=0.0,
+    ap.add_argument("--easy-frac", type=float, default=0.3,
                     help="after --easy-steps, this share of click/ground examples still draws the EASY variant")
+    ap.add_argument("--question-first", action=argparse.BooleanOptionalAction, default=True,
+                    help="chat template with the question before the image (QUESTION_FIRST_TEMPLATE)")
     args = ap.parse_args()
+    try:
+        p_right = parse_teacher_right(args.teacher_right)
+    except ValueError as err:
+        ap.error(f"--teacher-right: expected P or TASK=P,... with P in [0, 1]; got {args.teacher_right!r} ({err})")
 
     import torch
 
     torch.set_num_threads(args.threads)
     started = time.time()
     args.out.mkdir(parents=True, exist_ok=True)
-    processor = make_processor(args.out)
+    processor = make_processor(args.out, QUESTION_FIRST_TEMPLATE if args.question_first else CHAT_TEMPLATE)
     model = make_model(processor, args.seed)
     if args.pos_init == "sincos":
         sincos_positions(model, args.pos_scale)
     guide_layers = [int(x) for x in args.guide_layers.split(",")]
     word_layers = [int(x) for x in args.guide_word_layers.split(",") if x]
+    bind_layers = [int(x) for x in args.guide_bind_layers.split(",") if x]
+    if bind_layers and not args.question_first:
+        ap.error("--guide-bind-layers needs --question-first: image tokens before the question cannot read it")
     if args.guide_attention > 0:
         model.set_attn_implementation("eager")  # attention weights are returned only by the eager kernel
     names = args.tasks.split(",")
@@ -356,26 +453,33 @@ def main() -> None:
     model.train()
     teacher_right, seen, cursor = {n: 0 for n in names}, {n: 0 for n in names}, {n: 0 for n in names}
     for step in range(args.steps):
-        batch, boxes, words = [], [], []
+        batch, targets, words, others = [], [], [], []
         for b in range(args.batch):
             name = names[(step * args.batch + b) % len(names)]
             use_easy = name in easy and (step < args.easy_steps or rng.random() < args.easy_frac)
             source = easy[name] if use_easy else tasks[name]
             record = source.train[cursor[name]]
             cursor[name] += 1
-            text, ok = careless_answer(name, record, rng, args.teacher_right)
+            text, ok = careless_answer(name, record, rng, p_right.get(name, p_right["*"]))
             teacher_right[name] += ok
             seen[name] += 1
             batch.append(encode(processor, source, record, text))
-            boxes.append(target_box(name, record))
+            targets.append(guide_targets(name, record, text))
             phrase = target_words(name, record)
-            words.append(word_positions(processor.tokenizer, batch[-1][0], *phrase) if phrase and word_layers else None)
+            words.append(word_positions(processor.tokenizer, batch[-1][0], *phrase)
+                         if phrase and (word_layers or bind_layers) else None)
+            others.append(other_boxes(name, record))
         inputs = collate(batch, pad)
-        guided = args.guide_attention > 0 and any(box is not None for box in boxes)
+        guided = args.guide_attention > 0 and any(targets)
         out = model(**inputs, output_attentions=guided)
         loss = out.loss
-        guide = attention_guide_loss(out.attentions, inputs, boxes, model.config.image_token_index, guide_layers,
+        guide = attention_guide_loss(out.attentions, inputs, targets, model.config.image_token_index, guide_layers,
                                      args.guide_head, words, word_layers) if guided else None
+        if guided and bind_layers:
+            bind = bind_guide_loss(out.attentions, inputs, targets, others, words, model.config.image_token_index,
+                                   bind_layers, args.guide_head)
+            if bind is not None:
+                guide = bind if guide is None else guide + bind
         total = loss if guide is None else loss + args.guide_attention * guide
         total.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -404,14 +508,15 @@ def main() -> None:
         "processor": "LlavaProcessor: CLIPImageProcessor (slow, PIL/numpy) 48x48 + byte-level tokenizer + <image>",
         "image_tokens": (IMAGE_SIZE // PATCH) ** 2,
         "sft": {"tasks": names, "steps": args.steps, "batch": args.batch, "lr": args.lr, "seed": args.seed,
-                "teacher_right": args.teacher_right, "slip": SLIP,
+                "teacher_right": p_right, "slip": SLIP,
                 "teacher_accuracy": {n: round(teacher_right[n] / max(1, seen[n]), 3) for n in names},
                 "pos_init": args.pos_init, "pos_scale": args.pos_scale if args.pos_init == "sincos" else None,
                 "guide_attention": args.guide_attention,
                 "guide_layers": guide_layers if args.guide_attention > 0 else None,
                 "guide_head": args.guide_head if args.guide_attention > 0 else None,
                 "guide_word_layers": word_layers if args.guide_attention > 0 else None,
-                "easy_steps": args.easy_steps, "easy_frac": args.easy_frac, "easy": {k: v for k, v in EASY.items() if k in easy}},
+                "guide_bind_layers": bind_layers if args.guide_attention > 0 else None,
+                "question_first": args.question_first, "easy_steps": args.easy_steps, "easy_frac": args.easy_frac, "easy": {k: v for k, v in EASY.items() if k in easy}},
         "heldout_eval": {"temperature": 1.0, "n": args.n, "prompts_per_task": args.eval_prompts,
                          "pass@1": results},
         "train_minutes": round(train_minutes, 1),

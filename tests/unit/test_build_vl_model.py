@@ -49,11 +49,31 @@ def test_attention_guide_loss_is_minus_log_mass_on_the_target() -> None:
     box = [0, 0, 8, 8]  # patch 0 only (36 patches exist; the toy prompt holds 4 image tokens)
     build.IMAGE_SIZE, saved = 16, build.IMAGE_SIZE  # a 2x2 patch grid for this toy example
     try:
-        loss = build.attention_guide_loss([attn], {"input_ids": ids, "labels": labels}, [box], image, [0], 0)
+        loss = build.attention_guide_loss([attn], {"input_ids": ids, "labels": labels}, [[(None, 0, box)]], image,
+                                          [0], 0)
+        # one answer token only (token 1, predicted from position 6): -log 0.25
+        one = build.attention_guide_loss([attn], {"input_ids": ids, "labels": labels}, [[(1, 0, box)]], image,
+                                         [0], 0)
     finally:
         build.IMAGE_SIZE = saved
     assert loss.item() == pytest.approx(-(math.log(0.5 + 1e-6) + math.log(0.25 + 1e-6)) / 2, rel=1e-5)
+    assert one.item() == pytest.approx(-math.log(0.25 + 1e-6), rel=1e-5)
     assert build.attention_guide_loss([attn], {"input_ids": ids, "labels": labels}, [None], image, [0], 0) is None
+
+
+def test_guide_targets_point_each_answer_number_at_its_tile_or_frame() -> None:
+    from types import SimpleNamespace
+
+    record = SimpleNamespace(answer=[3, 4, 20, 12])
+    assert build.guide_targets("vl_click", record, " (9, 8)") == [(None, 0, [3, 4, 20, 12])]
+    assert build.guide_targets("vl_count", record, " rs: 1") is None
+    # " 2 4 1 3": number k is completion token 2k + 1; shown tile t (1-4, reading order) is a 24x24 quarter
+    jig = build.guide_targets("vl_jigsaw", record, " 2 4 1 3")
+    assert jig == [(1, 0, [24, 0, 48, 24]), (3, 0, [24, 24, 48, 48]), (5, 0, [0, 0, 24, 24]),
+                   (7, 0, [0, 24, 24, 48])]
+    # frames: the number names the image (frame) to look at, all of it
+    assert build.guide_targets("vl_frames", record, " 3 1 2") == [(1, 2, [0, 0, 48, 48]), (3, 0, [0, 0, 48, 48]),
+                                                                  (5, 1, [0, 0, 48, 48])]
 
 
 def test_sincos_positions_code_rows_and_columns() -> None:
@@ -75,3 +95,34 @@ def test_sincos_positions_code_rows_and_columns() -> None:
     # patch 7 is row 1, col 1: the column code equals the row code
     assert torch.allclose(table[8, : 2 * q], table[8, 2 * q :])
     assert not torch.allclose(table[2], table[7])  # (0, 1) and (1, 0) differ
+
+
+def test_teacher_right_per_task() -> None:
+    assert build.parse_teacher_right("0.8") == {"*": 0.8}
+    assert build.parse_teacher_right("vl_click=0.7,vl_jigsaw=0.4") == {"*": build.TEACHER_RIGHT, "vl_click": 0.7,
+                                                                       "vl_jigsaw": 0.4}
+    for bad in ("vl_click=high", "1.5", "vl_click=-0.1"):
+        with pytest.raises(ValueError):
+            build.parse_teacher_right(bad)
+
+
+def test_bind_guide_leads_the_named_buttons_tokens_to_the_colour_word() -> None:
+    # 2x2 patch grid (16x16 image): target button in patch 0, another button in patch 3; word at position 1
+    T, image = 8, 9
+    ids = torch.tensor([[1, 2, 3, image, image, image, image, 4]])
+    attn = torch.zeros(1, 1, T, T)
+    attn[0, 0, 3, 1] = 0.8  # target token (patch 0, position 3) reads the word with mass 0.8
+    attn[0, 0, 3, 0] = 0.2
+    attn[0, 0, 6, 1] = 0.3  # the other button's token (patch 3, position 6) reads it with 0.3
+    attn[0, 0, 6, 0] = 0.7
+    build.IMAGE_SIZE, saved = 16, build.IMAGE_SIZE
+    try:
+        loss = build.bind_guide_loss([attn], {"input_ids": ids}, [[(None, 0, [0, 0, 8, 8])]], [[[8, 8, 16, 16]]],
+                                     [[1]], image, [0], 0)
+        skipped = build.bind_guide_loss([attn], {"input_ids": ids}, [[(1, 0, [0, 0, 8, 8])]], [[]], [[1]], image,
+                                        [0], 0)
+    finally:
+        build.IMAGE_SIZE = saved
+    want = (-math.log(0.8 + 1e-6) - math.log(1 - 0.3 + 1e-6)) / 2
+    assert loss.item() == pytest.approx(want, rel=1e-5)
+    assert skipped is None  # per-token targets (jigsaw, frames) have no colour word to bind
