@@ -111,6 +111,22 @@ def test_jigsaw_answer_restores_the_picture(tasks) -> None:
         assert np.array_equal(np.asarray(restored), np.asarray(record.meta["original"]))
 
 
+def test_jigsaw_gradient_sets_the_colour_range_and_keeps_the_puzzle() -> None:
+    faint = build_task("vl_jigsaw", {**SMALL, "seed": 3, "gradient": 0.4})
+    full = build_task("vl_jigsaw", {**SMALL, "seed": 3})
+    for strength, task in ((0.4, faint), (1.0, full)):
+        original = np.asarray(task.train[0].meta["original"]).astype(int)
+        # the background's red grows left to right over round(200 * strength) levels, centred on 140; the top row
+        # and the first column are background unless a shape covers them, so take the most common value
+        low = 140 - round(200 * strength) // 2
+        assert np.bincount(original[:, 0, 0]).argmax() == low
+        assert np.bincount(original[0, :, 1]).argmax() == low
+    assert faint.train[0].answer == full.train[0].answer  # same scene and shuffle: only the colours differ
+    for bad in (0, 1.5):
+        with pytest.raises(RegistryError, match="gradient"):
+            build_task("vl_jigsaw", {**SMALL, "gradient": bad})
+
+
 def test_frames_answer_is_time_order(tasks) -> None:
     for record in tasks["vl_frames"].train[:10]:
         frames = _pixels(record)

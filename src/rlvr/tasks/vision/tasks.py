@@ -431,16 +431,22 @@ class JigsawTask(VisionTask):
 
     Tiles are numbered 1-4 in reading order as shown. The answer lists, for the restored picture's top-left,
     top-right, bottom-left and bottom-right in turn, the number of the shown tile that goes there. The picture
-    has a red gradient left to right and a green one top to bottom, plus shapes that cross tile borders.
+    has a red gradient left to right and a green one top to bottom (`gradient` sets their strength: weaker ones
+    make a tile's place harder to read from its colour), plus shapes that cross tile borders.
     """
 
     name = "vl_jigsaw"
 
-    def __init__(self, *, reward_mode: ORDER_REWARD = "exact", image_size: ImageSize = 48,
+    def __init__(self, *, reward_mode: ORDER_REWARD = "exact",
+                 gradient: Annotated[float, Field(gt=0, le=1, description=(
+                     "strength of the picture's colour gradients (1: red 40-240 left to right, green 40-240 top "
+                     "to bottom); weaker gradients make a tile's place harder to read from its colour"))] = 1.0,
+                 image_size: ImageSize = 48,
                  train_size: TrainSize = 100_000, eval_size: EvalSize = 200, seed: Seed = 0,
                  prompt_template: str | None = None, chat_prompt_template: str | None = None,
                  system_prompt: str | None = None):
         self.reward_mode = reward_mode
+        self.gradient = gradient
         super().__init__(image_size=image_size, train_size=train_size, eval_size=eval_size, seed=seed,
                          prompt_template=prompt_template, chat_prompt_template=chat_prompt_template,
                          system_prompt=system_prompt)
@@ -450,11 +456,13 @@ class JigsawTask(VisionTask):
 
         s = self.image_size - self.image_size % 2
         blue = rng.randint(0, 255)
+        span = round(200 * self.gradient)  # the gradient's range, centred on 140
+        low = 140 - span // 2
         image = Image.new("RGB", (s, s))
         pixels = image.load()
         for y in range(s):
             for x in range(s):
-                pixels[x, y] = (40 + 200 * x // s, 40 + 200 * y // s, blue)
+                pixels[x, y] = (low + span * x // s, low + span * y // s, blue)
         draw = ImageDraw.Draw(image)
         drawn = []
         for _ in range(rng.randint(1, 2)):
