@@ -42,6 +42,7 @@ SERIAL_FILES = frozenset({
     "tests/e2e/test_ray_reward_model.py",
     "tests/e2e/test_vl_ray.py",
     "tests/e2e/test_vllm.py",
+    "tests/e2e/test_vllm_vl.py",
 })
 
 

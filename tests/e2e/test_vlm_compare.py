@@ -50,5 +50,4 @@ def test_compare_refuses_mismatched_models_before_evaluating(tmp_path):
     # a vision-language model on a text task is evaluated through its language path (LMM-R1's text stage), not
     # refused: tests/unit/test_vl_text_stage.py evaluates builtin-vl on vl_count_text
 
-    res = runner.invoke(app, ["eval", "builtin-vl", *FEW[:4], "rollout.engine=vllm"])
-    assert res.exit_code == 2 and "rollout.engine" in res.output and "rollout.engine=hf" in res.output
+    # vllm takes LLaVA-style image prompts now; its refusal of other VLM types: tests/unit/test_vllm_images.py

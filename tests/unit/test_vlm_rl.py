@@ -175,7 +175,6 @@ def test_placeholder_mismatch_is_an_error(vl):
 
 @pytest.mark.parametrize("override, match", [
     ("model.path=builtin", r"model.path: 'builtin' is a text-only model .*model.path=builtin-vl"),
-    ("rollout.engine=vllm", r"rollout.engine: the vllm engine does not take images yet.*rollout.engine=hf"),
     ("sampling.name=cure", r"sampling.name: the cure sampler .* without the images"),
 ])
 def test_bad_vision_configs_fail_before_the_run(override, match):

@@ -26,9 +26,13 @@ def check_eval_model(cfg: Config, task: Any, model_path: str, key: str = "MODEL_
     if visual and not vision_model:
         raise ConfigError(f"{key}: '{model_path}' is a text-only model (no vision_config), but task "
                           f"'{cfg.task.name}' has images; evaluate a vision-language checkpoint such as builtin-vl")
-    if visual and not getattr(ENGINES.get(cfg.rollout.engine), "multimodal", False):
+    engine = ENGINES.get(cfg.rollout.engine)
+    if visual and not getattr(engine, "multimodal", False):
         raise ConfigError(f"rollout.engine: the {cfg.rollout.engine} engine does not take images yet; task "
                           f"'{cfg.task.name}' has images, so set rollout.engine=hf")
+    check_images = getattr(engine, "check_images", None)
+    if visual and callable(check_images):  # vllm: LLaVA-style checkpoints only
+        check_images(model_path)
 
 
 def run_eval(cfg: Config, model_path: str, out: Path | None, *, key: str = "MODEL_DIR", split: str = "heldout",

@@ -28,6 +28,7 @@ docs/scaling.md and `make gpu-check`).
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -41,6 +42,7 @@ import torch
 
 from rlvr.errors import ConfigError
 from rlvr.rollout.base import ENGINES, RolloutEngine, SamplingParams
+from rlvr.tasks.images import RAW_IMAGES
 from rlvr.types import Sample
 
 log = logging.getLogger("rlvr")
@@ -145,6 +147,18 @@ class VLLMEngine(RolloutEngine):
     - `tensor_parallel_size`: default 1.
     """
 
+    multimodal = True  # image prompts: LLaVA-style checkpoints only (check_images)
+
+    @staticmethod
+    def check_images(model_path: str) -> None:
+        """Called before a run with an image task: vLLM with images is tested on LLaVA-style checkpoints only."""
+        from rlvr.models.loading import resolve_model_path
+
+        config = json.loads((Path(resolve_model_path(model_path)) / "config.json").read_text())
+        if config.get("model_type") not in VISION_TYPES:
+            raise _config_error(f"rollout.engine: vllm with images runs LLaVA-style checkpoints ({', '.join(VISION_TYPES)})"
+                                f" only; model.path is a {config.get('model_type')!r} model, so set rollout.engine=hf")
+
     @staticmethod
     def check_available() -> None:
         """Called before a run starts: a clear message instead of a failure mid-way."""
@@ -161,6 +175,8 @@ class VLLMEngine(RolloutEngine):
 
         self.tokenizer = tokenizer
         self.eos_ids = eos_token_ids(tokenizer, model)
+        config = getattr(model, "config", None)
+        self.image_token_id = getattr(config, "image_token_index", getattr(config, "image_token_id", None))
         self.policy_version = 0
         self.on_cpu = current_platform.is_cpu()
         path = getattr(getattr(model, "config", None), "_name_or_path", None)
@@ -188,9 +204,11 @@ class VLLMEngine(RolloutEngine):
         else:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         self.max_model_len = max_model_len
+        self._view = vllm_checkpoint_view(Path(path))  # None: vLLM reads the checkpoint as it is
+        load_from = str(self._view or path)
         try:
             self.llm = vllm.LLM(
-                model=str(path), tokenizer=str(path), dtype=dtype, max_model_len=max_model_len,
+                model=load_from, tokenizer=str(path), dtype=dtype, max_model_len=max_model_len,
                 tensor_parallel_size=tensor_parallel_size, enable_sleep_mode=self.colocate, max_num_seqs=batch_size,
                 enforce_eager=self.on_cpu if enforce_eager is None else enforce_eager,
                 logprobs_mode="processed_logprobs", enable_prefix_caching=prefix_caching, seed=0,
@@ -213,7 +231,7 @@ class VLLMEngine(RolloutEngine):
         from rlvr.models.lora import exportable
 
         self._wake()
-        state = _unique_tensors(exportable(model).state_dict())
+        state = vllm_weight_names(_unique_tensors(exportable(model).state_dict()))
         path = self._shm / f"policy-v{version}.safetensors"
         try:
             save_file(state, str(path))
@@ -251,6 +269,23 @@ class VLLMEngine(RolloutEngine):
     # -- sampling ------------------------------------------------------------------------------------------
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Sample]]:
+        return self._generate(prompts, params, None)
+
+    def generate_multimodal(self, prompts: Sequence[Sequence[int]], mm_inputs: Sequence[dict[str, Any]],
+                            params: SamplingParams) -> list[list[Sample]]:
+        """Image prompts: prompt i's ids (image tokens expanded, as the learner scores them) with its decoded images
+        as `multi_modal_data`. vLLM runs the checkpoint's processor and vision tower on them and expands each image's
+        placeholder itself, so it gets each run of image tokens as one; the samples keep the expanded ids."""
+        images = []
+        for i, mm in enumerate(mm_inputs):
+            if not mm.get(RAW_IMAGES):
+                raise ValueError(f"vLLM engine: prompt {i} has no decoded images ({RAW_IMAGES!r} in its mm_inputs); "
+                                 "render it with PromptRenderer.render_multimodal")
+            images.append(list(mm[RAW_IMAGES]))
+        return self._generate(prompts, params, images)
+
+    def _generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
+                  images: Sequence[list[Any]] | None) -> list[list[Sample]]:
         self._wake()
         requests, sampling, owners = [], [], []
         results: list[list[Sample]] = [[] for _ in prompts]
@@ -261,7 +296,11 @@ class VLLMEngine(RolloutEngine):
                 if room <= 0:  # the prompt fills the context: nothing can be sampled
                     results[i].append(self._sample(prompt, [], [], "length"))
                     continue
-                requests.append({"prompt_token_ids": list(prompt)})
+                request: dict[str, Any] = {"prompt_token_ids": list(prompt)}
+                if images is not None:
+                    request = {"prompt_token_ids": collapse_placeholders(prompt, self.image_token_id, len(images[i])),
+                               "multi_modal_data": {"image": images[i]}}
+                requests.append(request)
                 sampling.append(self._vllm.SamplingParams(
                     n=1, temperature=params.temperature, top_p=params.top_p, top_k=max(params.top_k, 0),
                     max_tokens=min(params.max_new_tokens, room), stop=list(params.stop) or None,
@@ -289,6 +328,84 @@ class VLLMEngine(RolloutEngine):
                 core.shutdown()
             self.llm = None
         shutil.rmtree(getattr(self, "_shm", ""), ignore_errors=True)
+        if getattr(self, "_view", None) is not None:
+            shutil.rmtree(self._view, ignore_errors=True)
+
+
+VISION_TYPES = ("llava",)
+# transformers 5 names a LLaVA's CLIP tower `vision_tower.embeddings...` (`model.vision_tower...` in memory); vLLM's
+# LLaVA keeps CLIP's `vision_model` level: `vision_tower.vision_model.embeddings...`.
+_TOWER, _VLLM_TOWER = "vision_tower.", "vision_tower.vision_model."
+
+
+def collapse_placeholders(ids: Sequence[int], token: int | None, num_images: int) -> list[int]:
+    """`ids` with each image's expanded placeholder (`token` repeated, the same count for every image of a LLaVA
+    prompt) back to one `token`: a run of k images' tokens becomes k tokens. ValueError if the runs do not split
+    evenly into `num_images` images."""
+    total = sum(t == token for t in ids)
+    if num_images <= 0 or total % num_images:
+        raise ValueError(f"vLLM engine: {total} image tokens do not split evenly into {num_images} images")
+    per_image = total // num_images
+    out: list[int] = []
+    run = 0
+    for t in [*ids, None]:
+        if t == token:
+            run += 1
+            continue
+        if run:
+            if run % per_image:
+                raise ValueError(f"vLLM engine: a run of {run} image tokens is not a whole number of images "
+                                 f"({per_image} tokens each)")
+            out.extend([token] * (run // per_image))  # type: ignore[list-item]
+            run = 0
+        if t is not None:
+            out.append(t)
+    return out
+
+
+def vllm_weight_name(name: str) -> str:
+    """A LLaVA weight's name as vLLM loads it: the vision tower's gets CLIP's `vision_model` level back."""
+    bare = name[len("model."):] if name.startswith("model." + _TOWER) else name
+    if bare.startswith(_TOWER) and not bare.startswith(_VLLM_TOWER):
+        return _VLLM_TOWER + bare[len(_TOWER):]
+    return name
+
+
+def vllm_weight_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`vllm_weight_name` over a state dict (other names, and other models' weights, unchanged)."""
+    return {vllm_weight_name(name): tensor for name, tensor in state.items()}
+
+
+def vllm_checkpoint_view(path: Path) -> Path | None:
+    """For a LLaVA checkpoint whose tower names vLLM does not load (see `vllm_weight_names`): a temporary directory
+    with the same files, the weights renamed (the caller removes it). None when vLLM reads `path` as it is."""
+    config = json.loads((path / "config.json").read_text()) if (path / "config.json").is_file() else {}
+    files = sorted(path.glob("*.safetensors"))
+    if config.get("model_type") not in VISION_TYPES or not files:
+        return None
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    def needs(file: Path) -> bool:
+        with safe_open(str(file), "pt") as f:
+            return any(vllm_weight_name(k) != k for k in f.keys())
+
+    if not any(needs(f) for f in files):
+        return None
+    view = Path(tempfile.mkdtemp(prefix="rlvr-vllm-model-"))
+    for item in path.iterdir():
+        if item.suffix == ".safetensors" or item.name == "model.safetensors.index.json":
+            continue
+        (view / item.name).symlink_to(item.resolve())
+    index = {}
+    for file in files:
+        renamed = vllm_weight_names(load_file(str(file)))
+        save_file(renamed, str(view / file.name), metadata={"format": "pt"})
+        index.update({name: file.name for name in renamed})
+    if (path / "model.safetensors.index.json").is_file():
+        meta = json.loads((path / "model.safetensors.index.json").read_text()).get("metadata", {})
+        (view / "model.safetensors.index.json").write_text(json.dumps({"metadata": meta, "weight_map": index}))
+    return view
 
 
 def _sampled_logprob(step: Any, token: int) -> float:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal, overload
 
 from rlvr.registry import Registry
-from rlvr.tasks.images import IMAGE_TOKEN, count_images
+from rlvr.tasks.images import IMAGE_TOKEN, RAW_IMAGES, count_images
 from rlvr.types import TaskRecord, VerifyResult  # noqa: F401  (VerifyResult: re-exported for tasks)
 
 TASKS: Registry = Registry("task")
@@ -163,8 +163,9 @@ class PromptRenderer:
 
     def render_multimodal(self, record: TaskRecord, images: list[Any] | None = None
                           ) -> tuple[list[int], str, dict[str, Any]]:
-        """(prompt ids with the image tokens expanded, prompt text, the processor's other outputs). Raises
-        `ImageError` when an image does not decode or the placeholders do not match the images."""
+        """(prompt ids with the image tokens expanded, prompt text, the processor's other outputs plus the decoded
+        images under `RAW_IMAGES`). Raises `ImageError` when an image does not decode or the placeholders do not
+        match the images."""
         from rlvr.tasks.images import IMAGE_TOKEN, check_placeholders, record_images
 
         images = record_images(record) if images is None else images
@@ -178,6 +179,7 @@ class PromptRenderer:
         enc = self.processor(text=text, images=images or None, return_tensors="pt")
         ids = enc["input_ids"][0].tolist()
         mm = {k: v for k, v in enc.items() if k not in ("input_ids", "attention_mask", "token_type_ids")}
+        mm[RAW_IMAGES] = list(images)  # the decoded images: an engine that runs its own processor (vLLM) takes these
         return ids, text, mm
 
     def render_or_skip(self, record: TaskRecord) -> tuple[list[int], str, dict[str, Any]] | None:

@@ -27,6 +27,9 @@ from typing import Any
 from rlvr.types import TaskRecord
 
 IMAGE_TOKEN = "<image>"
+# The key of a prompt's `mm_inputs` that holds its decoded images (PIL), beside the processor's tensors: for an
+# engine that runs its own processor (vLLM). The model forward reads only the tensors it knows.
+RAW_IMAGES = "raw_images"
 
 
 class ImageError(ValueError):

@@ -95,6 +95,9 @@ def check_vision(cfg: Config, task: Any, tokenizer: Any) -> Any:
     if not getattr(engine, "multimodal", False):
         raise ConfigError(f"rollout.engine: the {cfg.rollout.engine} engine does not take images yet; task '{name}' "
                           "has images, so set rollout.engine=hf")
+    check_images = getattr(engine, "check_images", None)
+    if callable(check_images):  # an engine that takes images from some model types only (vllm: LLaVA-style)
+        check_images(cfg.model.path)
     if cfg.agent is not None:
         raise ConfigError(f"agent: not supported with an image task ('{name}') yet; remove it from the config")
     if uses_teacher_outputs(cfg):
