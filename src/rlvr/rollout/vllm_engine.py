@@ -22,6 +22,10 @@ docs/scaling.md and `make gpu-check`).
   memory and the engine's workers reload it in place through `collective_rpc` (vLLM's layer-wise reload, which
   also redoes the CPU kernels' weight packing); then the prefix cache is dropped, since its KV was computed
   with the old weights. Tensors are not sent through the RPC itself: its serializer turns them into lists.
+- **Images** (`generate_multimodal`, LLaVA-style checkpoints): each prompt goes in with its decoded images as
+  `multi_modal_data` and one image token per image (vLLM expands it the way the learner's processor did). The
+  engine loads a view of the checkpoint whose CLIP-tower weights carry the names vLLM loads, and renames the same
+  way at every sync; `rlvr.vllm_plugin` lets vLLM's LLaVA import without torchvision (docs/vision.md).
 - **Sleep mode** (CUDA only): with `colocate: true` the engine frees its KV cache and offloads its weights while
   the learner trains. vLLM's CPU platform has no sleep mode; there the option is ignored with a logged note.
 """
