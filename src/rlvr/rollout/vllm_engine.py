@@ -205,6 +205,10 @@ class VLLMEngine(RolloutEngine):
             kwargs["block_size"] = int(block_size)
         if self.on_cpu:
             kwargs["kv_cache_memory_bytes"] = int(kv_cache_gb * 2**30)
+            # A prefill split across steps (chunked prefill, when a step's prompts exceed its token budget: 4096 on
+            # CPU) makes vLLM rewind the seeded generator of the request, which CPU generators cannot do ("CPU
+            # Generator does not use offset"): whole prefills only, as many per step as fit.
+            kwargs["enable_chunked_prefill"] = False
         else:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         self.max_model_len = max_model_len
