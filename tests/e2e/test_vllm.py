@@ -13,19 +13,13 @@ relative, and 4 layers plus the log-softmax compound that to ~1e-4 at most. Meas
 from __future__ import annotations
 
 import copy
-import os
 from pathlib import Path
 
 import pytest
 import torch
+from vllm_required import require_vllm
 
-from rlvr.rollout.vllm_engine import vllm_status
-
-usable, why = vllm_status()
-if not usable:
-    if os.environ.get("RLVR_REQUIRE_VLLM") == "1":  # `make test` installed it: a skip would hide a failure
-        raise RuntimeError(f"RLVR_REQUIRE_VLLM=1 but vLLM cannot run: {why}")
-    pytest.skip(f"vLLM not usable here: {why}", allow_module_level=True)
+require_vllm()
 
 from rlvr.config import load_config  # noqa: E402
 from rlvr.models import load_causal_lm, load_tokenizer  # noqa: E402

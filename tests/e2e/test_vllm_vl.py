@@ -8,18 +8,12 @@ tests/e2e/test_vllm.py (fp32, different kernels, ~1e-4 at most for builtin-vl's 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
+from vllm_required import require_vllm
 
-from rlvr.rollout.vllm_engine import vllm_status
-
-usable, why = vllm_status()
-if not usable:
-    if os.environ.get("RLVR_REQUIRE_VLLM") == "1":  # `make test` installed it: a skip would hide a failure
-        raise RuntimeError(f"RLVR_REQUIRE_VLLM=1 but vLLM cannot run: {why}")
-    pytest.skip(f"vLLM not usable here: {why}", allow_module_level=True)
+require_vllm()
 
 from rlvr.config import load_config  # noqa: E402
 from rlvr.tracking import read_metrics  # noqa: E402
