@@ -552,7 +552,8 @@ class Learner:
             with torch.no_grad():
                 moved: dict[int, dict[str, Any]] = {}  # rows of one prompt keep sharing one dict (one tower call)
                 t_mm = None if mb.mm_inputs is None else [
-                    None if m is None else moved.setdefault(id(m), {k: v.to(t_device) for k, v in m.items()})
+                    None if m is None else moved.setdefault(id(m), {k: v.to(t_device) if torch.is_tensor(v) else v
+                                                           for k, v in m.items()})  # raw_images stay as they are
                     for m in mb.mm_inputs]
                 t_hidden = decoder_hidden(teacher, t_parts[0], mb.input_ids.to(t_device),
                                           mb.attention_mask.to(t_device), t_mm)
