@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -116,9 +117,12 @@ def test_observation_text_and_config_errors():
         openenv_env.OpenEnvEnvironment(url="http://x", server=SERVER)
 
 
-def test_a_server_that_does_not_start_says_why():
-    with pytest.raises(RuntimeError, match="exited with code"):
+def test_a_server_that_does_not_start_says_why(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the server's log file goes
+    with pytest.raises(RuntimeError, match="exited with code") as err:
         openenv_env.OpenEnvServer("no_such_module_xyz:app", start_timeout=60)
+    assert "no_such_module_xyz" in str(err.value)  # uvicorn's own message, read from the log before it is removed
+    assert list(tmp_path.iterdir()) == []  # no log file left behind
 
 
 def test_missing_openenv_names_the_install(monkeypatch):

@@ -19,6 +19,7 @@ or zeroes that reward, with the reason in `info["episode"]`, and the run goes on
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import logging
 import math
@@ -65,17 +66,20 @@ class OpenEnvServer:
         deadline = time.monotonic() + start_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                tail = self._tail()
+                self.stop()
                 raise RuntimeError(f"agent.environment.server: the OpenEnv server {spec!r} exited with code "
-                                   f"{self.proc.returncode}: {self._tail()}")
+                                   f"{self.proc.returncode}: {tail}")
             try:
                 with urllib.request.urlopen(f"{self.url}/health", timeout=2) as r:
                     if r.status == 200:
                         return
             except OSError:
                 time.sleep(0.2)
+        tail = self._tail()
         self.stop()
         raise RuntimeError(f"agent.environment.server: the OpenEnv server {spec!r} did not answer {self.url}/health "
-                           f"within {start_timeout:g}s: {self._tail()}")
+                           f"within {start_timeout:g}s: {tail}")
 
     def _tail(self) -> str:
         self.log.flush()
@@ -90,6 +94,9 @@ class OpenEnvServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self.log.close()
+        with contextlib.suppress(OSError):  # the server's output is shown in errors only; no file per run left
+            os.unlink(self.log.name)
 
 
 _SERVERS: dict[tuple[str, bool], OpenEnvServer] = {}
