@@ -1,7 +1,10 @@
 #!/usr/bin/env python
 """Build the shipped tiny VLM `builtin-vl` (src/rlvr/models/builtin_vl/) from scratch, reproducibly.
 
-    python scripts/build_vl_model.py          # the shipped build 7 (2026-11-26): ~17 minutes with --threads 2
+    python scripts/build_vl_model.py          # the shipped build 9 (2026-11-26): ~26 minutes with --threads 2
+    # build 7 (the same options without vl_ground; shipped until build 9):
+    python scripts/build_vl_model.py --tasks vl_count,vl_click,vl_count,vl_click,vl_digits_sum,vl_jigsaw \
+        --steps 3200 --eval-tasks vl_count,vl_digits_sum,vl_click,vl_jigsaw --out /tmp/vl_b7
     # build 4, shipped until build 7 (12-26 minutes on one thread):
     OMP_NUM_THREADS=1 python scripts/build_vl_model.py --tasks vl_count,vl_digits_sum,vl_click --steps 2400 \
         --teacher-right 0.6 --pos-init random --pos-scale 0.3 --guide-attention 0 --easy-frac 0 \
@@ -19,9 +22,9 @@
 3. Supervised pretraining on the TRAIN splits of the synthetic visual tasks (rlvr.tasks.vision), with a
    teacher: counts and digit sums come with a scratchpad that misreads with probability SLIP; other answers
    are right with probability --teacher-right (1.0 in the shipped build) and otherwise a near miss (a shifted
-   box, a click on another button, two tiles swapped). Click and jigsaw examples also get the training-time
-   attention guides (`attention_guide_loss`, `bind_guide_loss`; the saved model is a plain LLaVA). The tiny
-   model learns the tasks imperfectly, so sampling at temperature 1 leaves RL room to lift it.
+   box, a click on another button, two tiles swapped). Click, ground and jigsaw examples also get the
+   training-time attention guides (`attention_guide_loss`, `bind_guide_loss`; the saved model is a plain
+   LLaVA). The tiny model learns the tasks imperfectly, so sampling at temperature 1 leaves RL room to lift it.
 4. Held-out pass@1 per task with plain HF `generate` (temperature 1, n samples per prompt), written to
    build_info.json and printed.
 """
@@ -45,10 +48,11 @@ from rlvr.tasks.images import IMAGE_TOKEN, record_images  # noqa: E402
 
 IMAGE_SIZE, PATCH = 48, 8
 ALL_TASKS = ("vl_count", "vl_digits_sum", "vl_ground", "vl_click", "vl_jigsaw", "vl_frames")
-# The shipped mix (build 7). With all six tasks once each, build 1's 900 steps left ground, jigsaw and frames at
+# The shipped mix (build 9). With all six tasks once each, build 1's 900 steps left ground, jigsaw and frames at
 # ~1% (see docs/vision.md).
-TASK_NAMES = ("vl_count", "vl_click", "vl_count", "vl_click", "vl_digits_sum", "vl_jigsaw")  # twice: 2x examples
-EVAL_TASKS = ("vl_count", "vl_digits_sum", "vl_click", "vl_jigsaw")
+TASK_NAMES = ("vl_count", "vl_click", "vl_count", "vl_click", "vl_digits_sum", "vl_jigsaw",
+              "vl_ground", "vl_ground")  # a task listed twice gets twice the examples
+EVAL_TASKS = ("vl_count", "vl_digits_sum", "vl_click", "vl_jigsaw", "vl_ground")
 TEACHER_RIGHT = 0.6
 # The shipped build's teacher (--teacher-right P or TASK=P,...): right on every click and jigsaw answer. A
 # careless teacher there (vl_click=0.7,vl_jigsaw=0.4, build 8) left the model at chance on both (docs/vision.md).
@@ -240,10 +244,13 @@ def patch_weights(box: list[int]) -> list[float]:
 
 
 def other_boxes(name: str, record) -> list[list[int]]:
-    """The buttons not named (vl_click): with `--guide-bind-layers`, their image tokens must not read the colour word."""
-    if name != "vl_click":
-        return []
-    return [list(b) for b in record.meta["buttons"].values() if list(b) != list(record.answer)]
+    """The buttons not named (vl_click) or the distractors (vl_ground): with `--guide-bind-layers`, their image
+    tokens must not read the words naming the target."""
+    if name == "vl_click":
+        return [list(b) for b in record.meta["buttons"].values() if list(b) != list(record.answer)]
+    if name == "vl_ground":
+        return [list(box) for _shape, _color, box in record.meta["distractors"]]
+    return []
 
 
 def bind_guide_loss(attentions, batch, targets, others, words, image_token: int, layers: list[int], head: int):
@@ -385,7 +392,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=ROOT / "src/rlvr/models/builtin_vl")
     ap.add_argument("--tasks", default=",".join(TASK_NAMES), help="comma-separated pretraining mix")
-    ap.add_argument("--steps", type=int, default=3200)
+    ap.add_argument("--steps", type=int, default=4300)
     ap.add_argument("--teacher-right", default=TEACHER_RIGHT_DEFAULT,
                     help="how often the teacher's click/ground/jigsaw/frames answer is right: P for every task, "
                          "or TASK=P,... (others: TEACHER_RIGHT)")

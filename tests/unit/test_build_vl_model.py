@@ -126,3 +126,16 @@ def test_bind_guide_leads_the_named_buttons_tokens_to_the_colour_word() -> None:
     want = (-math.log(0.8 + 1e-6) - math.log(1 - 0.3 + 1e-6)) / 2
     assert loss.item() == pytest.approx(want, rel=1e-5)
     assert skipped is None  # per-token targets (jigsaw, frames) have no colour word to bind
+
+
+def test_bind_guide_targets_for_ground_are_the_red_square_and_its_distractors() -> None:
+    from rlvr.tasks import build_task
+
+    task = build_task("vl_ground", {"seed": 3, "eval_size": 2, "distractors": 4})
+    record = next(r for r in task.train[:50] if r.meta["distractors"])
+    others = build.other_boxes("vl_ground", record)
+    assert others == [list(box) for _s, _c, box in record.meta["distractors"]]
+    assert list(record.answer) not in others
+    assert build.target_words("vl_ground", record) == ("the red square", "red square")
+    assert build.guide_targets("vl_ground", record, " [1, 2, 3, 4]") == [(None, 0, list(record.answer))]
+    assert build.other_boxes("vl_count", record) == []
