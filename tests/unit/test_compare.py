@@ -134,6 +134,32 @@ def test_evaluate_records_answers_and_maj_at_k():
     json.dumps(result)  # stays serialisable
 
 
+class GradedTask:
+    """A graded verifier, like vl_ground's IoU: the reward is the number after '=' / 10, correct at >= 0.5."""
+
+    def verify(self, response, record):
+        score = int(response.split("=")[-1]) / 10
+        return VerifyResult(score, score >= 0.5, "", str(score))
+
+
+def test_evaluate_reports_the_mean_graded_reward_beside_the_accuracy():
+    records = [TaskRecord("0", "q", "a"), TaskRecord("1", "q", "a")]
+    engine = CannedEngine({0: ["x=9", "x=4", "x=0"], 1: ["y=5", "y=2", "y=7"]})
+    result = evaluate(engine, Renderer(), GradedTask(), records, SamplingParams(n=3), ks=[1])
+    assert [p["reward_sum"] for p in result["problems"]] == [pytest.approx(1.3), pytest.approx(1.4)]
+    assert result["mean_reward"] == pytest.approx((0.9 + 0.4 + 0.0 + 0.5 + 0.2 + 0.7) / 6)
+    assert result["accuracy"] == pytest.approx(3 / 6)  # 0.9, 0.5, 0.7 pass the 0.5 threshold
+    from rlvr.trainer.evaluation import eval_summary
+
+    assert eval_summary(result)["mean_reward"] == pytest.approx(0.45)
+    # a binary verifier's mean reward is its accuracy: not repeated in the summary line
+    binary = evaluate(CannedEngine({0: ["x=a", "x=b"]}), Renderer(), ExactTask(), [TaskRecord("0", "q", "a")],
+                      SamplingParams(n=2), ks=[1])
+    assert binary["mean_reward"] == binary["accuracy"] == 0.5 and "mean_reward" not in eval_summary(binary)
+    # results written before the field existed have no per-problem reward: no mean either
+    assert "mean_reward" not in summarize([{"id": "a", "n": 2, "correct": 1, "truncated": 0}], [1], [3])
+
+
 def test_summarize_without_answers_has_no_maj_and_recomputes_from_answers():
     old = [{"id": "a", "n": 2, "correct": 1, "truncated": 0}]
     assert "maj@k" not in summarize(old, [1], [3])

@@ -66,6 +66,8 @@ def evaluate(
                 "n": len(g.samples),
                 "correct": c,
                 "truncated": sum(s.truncated for s in g.samples),
+                # the verifier's scores summed: for graded rewards (IoU, partial credit) more than `correct` says
+                "reward_sum": float(sum(s.reward for s in g.samples)),
                 "example": g.samples[0].text[:500],
             }
             hit = region_vote_hit([s.text for s in g.samples], g.record, task)  # GUI-RC, grounding tasks only
@@ -177,6 +179,8 @@ def summarize(problems: list[dict[str, Any]], ks: Sequence[int], lengths: list[i
         "mean_length": sum(lengths) / max(len(lengths), 1),
         "truncated_frac": sum(p["truncated"] for p in problems) / max(total, 1),
     })
+    if problems and all("reward_sum" in p for p in problems):  # results from older versions have none
+        result["mean_reward"] = sum(p["reward_sum"] for p in problems) / max(total, 1)
     for key in ("difficulty", "source"):
         buckets: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for p in problems:

@@ -204,6 +204,9 @@ def print_result(result: dict[str, Any]) -> None:
     console.print(table)
     console.print(f"accuracy {100 * result['accuracy']:.1f}%  mean length {result['mean_length']:.1f} tokens  "
                   f"truncated {100 * result['truncated_frac']:.1f}%  ({result.get('seconds', 0)} s)")
+    graded = result.get("mean_reward")
+    if graded is not None and abs(graded - result["accuracy"]) > 1e-9:  # a graded verifier (IoU, partial credit)
+        console.print(f"mean verifier reward {graded:.3f} per sample (accuracy counts only the correct ones)")
     if result.get("region_vote") is not None:  # GUI-RC: one voted point per prompt from all n samples
         console.print(f"GUI-RC region vote of the {result['n']} samples: {100 * result['region_vote']:.1f}% of "
                       "prompts voted inside the target box")

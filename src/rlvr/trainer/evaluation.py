@@ -52,6 +52,8 @@ def saved_eval(run_dir: Path, tag: str) -> dict[str, Any] | None:
 def eval_summary(result: dict[str, Any]) -> dict[str, float]:
     out = {f"pass@{k}": v for k, v in result["pass@k"].items()}
     out.update({f"maj@{k}": v for k, v in result.get("maj@k", {}).items() if k != "1"})
+    if result.get("mean_reward") is not None and abs(result["mean_reward"] - result["accuracy"]) > 1e-9:
+        out["mean_reward"] = result["mean_reward"]  # only for a graded verifier (IoU, partial credit)
     out["mean_length"] = result["mean_length"]
     return out
 
