@@ -210,3 +210,14 @@ def test_text_run_has_no_images(tmp_path):
     page = write_report(fake_run(tmp_path / "run")).read_text()
     assert "rollout-images" not in page.split("<script")[0] and "<img" not in page
     assert all("images" not in d for d in embedded_data(page))
+
+
+def test_before_after_shows_the_mean_graded_reward_only_for_a_graded_verifier(tmp_path):
+    run = fake_run(tmp_path / "run")
+    assert "mean verifier reward" not in write_report(run).read_text()  # no mean_reward in these results
+    for tag, mean in (("before", 0.543), ("after", 0.583)):  # IoU-like: the mean is not the accuracy
+        path = run / f"eval_{tag}.json"
+        result = json.loads(path.read_text())
+        path.write_text(json.dumps({**result, "mean_reward": mean}))
+    page = write_report(run).read_text()
+    assert "mean verifier reward" in page and "+0.040" in page

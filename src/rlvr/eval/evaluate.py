@@ -199,6 +199,11 @@ def summarize(problems: list[dict[str, Any]], ks: Sequence[int], lengths: list[i
     return result
 
 
+def graded(result: dict[str, Any]) -> bool:
+    """Whether the evaluation's verifier grades (IoU, partial credit): its mean reward is not its accuracy."""
+    return result.get("mean_reward") is not None and abs(result["mean_reward"] - result["accuracy"]) > 1e-9
+
+
 def write_results(result: dict[str, Any], path: str | Path) -> Path:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from rlvr.config import Config, ConfigError
-from rlvr.eval.evaluate import evaluate, write_results
+from rlvr.eval.evaluate import evaluate, graded, write_results
 from rlvr.models import check_vocab, load_causal_lm, load_tokenizer, resolve_device, resolve_dtype
 from rlvr.models.vision import is_vision_checkpoint, load_processor, load_vlm_for_training
 from rlvr.rollout import ENGINES, SamplingParams, build_engine
@@ -204,9 +204,9 @@ def print_result(result: dict[str, Any]) -> None:
     console.print(table)
     console.print(f"accuracy {100 * result['accuracy']:.1f}%  mean length {result['mean_length']:.1f} tokens  "
                   f"truncated {100 * result['truncated_frac']:.1f}%  ({result.get('seconds', 0)} s)")
-    graded = result.get("mean_reward")
-    if graded is not None and abs(graded - result["accuracy"]) > 1e-9:  # a graded verifier (IoU, partial credit)
-        console.print(f"mean verifier reward {graded:.3f} per sample (accuracy counts only the correct ones)")
+    if graded(result):
+        console.print(f"mean verifier reward {result['mean_reward']:.3f} per sample (accuracy counts only the "
+                      "correct ones)")
     if result.get("region_vote") is not None:  # GUI-RC: one voted point per prompt from all n samples
         console.print(f"GUI-RC region vote of the {result['n']} samples: {100 * result['region_vote']:.1f}% of "
                       "prompts voted inside the target box")

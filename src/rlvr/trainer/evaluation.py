@@ -11,6 +11,7 @@ import torch
 
 from rlvr.config import Config
 from rlvr.eval import evaluate, write_results
+from rlvr.eval.evaluate import graded
 from rlvr.rollout import SamplingParams
 from rlvr.runtime import ProgressReporter, console, format_metrics, step_seed
 
@@ -52,8 +53,8 @@ def saved_eval(run_dir: Path, tag: str) -> dict[str, Any] | None:
 def eval_summary(result: dict[str, Any]) -> dict[str, float]:
     out = {f"pass@{k}": v for k, v in result["pass@k"].items()}
     out.update({f"maj@{k}": v for k, v in result.get("maj@k", {}).items() if k != "1"})
-    if result.get("mean_reward") is not None and abs(result["mean_reward"] - result["accuracy"]) > 1e-9:
-        out["mean_reward"] = result["mean_reward"]  # only for a graded verifier (IoU, partial credit)
+    if graded(result):
+        out["mean_reward"] = result["mean_reward"]
     out["mean_length"] = result["mean_length"]
     return out
 
@@ -73,6 +74,9 @@ def print_before_after(before: dict[str, Any], after: dict[str, Any], ks: list[i
             continue
         label = kind.replace("k", str(k))
         table.add_row(label, f"{100 * b:.1f}%", f"{100 * a:.1f}%", f"{100 * (a - b):+.1f} pts")
+    if graded(before) and graded(after):
+        table.add_row("mean verifier reward", f"{before['mean_reward']:.3f}", f"{after['mean_reward']:.3f}",
+                      f"{after['mean_reward'] - before['mean_reward']:+.3f}")
     table.add_row("mean length (tokens)", f"{before['mean_length']:.1f}", f"{after['mean_length']:.1f}",
                   f"{after['mean_length'] - before['mean_length']:+.1f}")
     console.print(table)

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from rlvr.eval.evaluate import graded
 from rlvr.eval.report.charts import _fmt, _metric_series, svg_line_plot
 from rlvr.eval.report.embed import _e
 from rlvr.tracking import METRICS_FILE, ROLLOUTS_FILE
@@ -142,6 +143,9 @@ def _eval_section(evals: dict[str, dict[str, Any]]) -> str:
         for key, label in (("accuracy", "accuracy"), ("truncated_frac", "truncated")):
             if key in before and key in after:
                 rows.append([label, _pct(before[key]), _pct(after[key]), _pts(before[key], after[key])])
+        if graded(before) and graded(after):  # a graded verifier (IoU, partial credit)
+            rows.append(["mean verifier reward", _fmt(before["mean_reward"], 3), _fmt(after["mean_reward"], 3),
+                         f"{after['mean_reward'] - before['mean_reward']:+.3f}"])
         if "mean_length" in before and "mean_length" in after:
             rows.append(["mean length (tokens)", _fmt(before["mean_length"], 4), _fmt(after["mean_length"], 4),
                          f"{after['mean_length'] - before['mean_length']:+.1f}"])
