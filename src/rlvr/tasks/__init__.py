@@ -3,6 +3,7 @@
 from rlvr.tasks import (  # noqa: F401  (registration)
     addition,
     code,
+    countdown,
     ecosystem,
     guess_number,
     hf_dataset,
