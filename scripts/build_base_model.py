@@ -54,14 +54,14 @@ def make_data(path: Path, count: int, seed: int) -> float:
     return right / count
 
 
-def make_init_model(path: Path, seed: int) -> None:
+def make_init_model(path: Path, seed: int, arch: dict | None = None) -> None:
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
     tok = save_byte_tokenizer(path)
     torch.manual_seed(seed)
     config = Qwen2Config(vocab_size=len(tok), bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id,
-                         pad_token_id=tok.pad_token_id, **ARCH)
+                         pad_token_id=tok.pad_token_id, **(arch or ARCH))
     model = Qwen2ForCausalLM(config)
     model.generation_config = GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
     model.save_pretrained(str(path), safe_serialization=True)

@@ -316,6 +316,79 @@ def sweep(
 
 
 @app.command()
+def lab(
+    args: Annotated[Optional[list[str]], typer.Argument(
+        help="A finding's name (see --list) or YAML file, then key=value overrides of the finding (e.g. "
+        "steps=40); or `compare MINE.yaml BASELINE` (a recipe file or a shipped recipe's name).",
+        show_default=False)] = None,
+    list_: Annotated[bool, typer.Option("--list", help="Name the shipped findings, their arms and cost.")] = False,
+    seeds: Annotated[Optional[int], typer.Option(help="How many seeds (default: the finding's, 5).")] = None,
+    first_seed: Annotated[Optional[int], typer.Option(help="The first seed; seeds run first..first+seeds-1.")
+                          ] = None,
+    seed_list: Annotated[Optional[str], typer.Option("--seed-list", help="Exactly these seeds, e.g. 3,17,99.")
+                         ] = None,
+    steps: Annotated[Optional[int], typer.Option(help="compare: RL steps per run (default 60).")] = None,
+    rollout_tokens: Annotated[Optional[int], typer.Option(help="compare: the equal rollout-token budget per run "
+                                                          "(default: none, steps decide).")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Output directory (default runs/lab/NAME).")] = None,
+    jobs: Annotated[int, typer.Option(help="Runs in parallel (each gets cores/jobs threads).")] = 1,
+    interval: Annotated[str, typer.Option(help="t (default) or bootstrap (over seeds).")] = "t",
+) -> None:
+    """Test a claim about an RL method on the lab task and model: arms x seeds, 95% intervals, a verdict.
+
+    Writes OUT/lab.md (each arm's mean [95% interval] per metric, the treatment - control effect and the
+    verdict: reproduced, not reproduced or inconclusive), lab.json, lab.png and finding.yaml. Re-running the
+    same command continues an interrupted finding. docs/lab.md explains findings; docs/findings.md has ours.
+
+    Examples: rlvr lab --list | rlvr lab dr_grpo_length --seeds 5 --first-seed 100 |
+    rlvr lab compare my.yaml grpo --seeds 5
+    """
+    from rlvr.lab.finding import comparison_finding, list_findings, load_finding
+    from rlvr.lab.run import findings_listing, run_finding
+
+    try:
+        if list_:
+            from rich.table import Table
+
+            table = Table("finding", "arms", "budget", "cost (2 idle cores)")
+            for row in findings_listing(list_findings()):
+                table.add_row(*row)
+            _console().print(table)
+            return
+        words = list(args or [])
+        if not words:
+            raise typer.BadParameter("name a finding (rlvr lab --list), or: rlvr lab compare MINE BASELINE")
+        if interval not in ("t", "bootstrap"):
+            raise typer.BadParameter(f"--interval: expected t or bootstrap; got '{interval}'")
+        chosen = [int(s) for s in seed_list.split(",") if s.strip()] if seed_list else None
+        compare = words[0] == "compare"
+        named = words[3:] if compare else words[1:]
+        overrides = [w for w in named if "=" in w]
+        if len(overrides) != len(named) or (compare and len(words) < 3):
+            raise typer.BadParameter("usage: rlvr lab FINDING [key=value ...] or rlvr lab compare MINE BASELINE "
+                                     f"[key=value ...] (finding keys, e.g. eval.size=50 steps=40); got {words}")
+        if compare:
+            finding = comparison_finding(words[1], words[2], seeds=seeds or 5, first_seed=first_seed or 0,
+                                         steps=steps or 60, rollout_tokens=rollout_tokens, overrides=overrides)
+        else:
+            finding = load_finding(words[0], overrides)
+            if steps is not None or rollout_tokens is not None:
+                raise typer.BadParameter("--steps/--rollout-tokens are for `compare`; a finding's budget is part "
+                                         "of its definition (override it as steps=N rollout_tokens=N)")
+        if seeds is not None:
+            finding.seeds = seeds
+        if first_seed is not None:
+            finding.first_seed = first_seed
+        if chosen is not None:
+            finding.seed_values = chosen
+        result = run_finding(finding, out or Path("runs/lab") / finding.name, jobs=jobs, method=interval)  # type: ignore[arg-type]
+    except (_user_errors()) as err:
+        _fail(err)
+    if result.get("failed_runs"):
+        _fail(RuntimeError(f"{len(result['failed_runs'])} runs failed: {', '.join(result['failed_runs'])}"))
+
+
+@app.command()
 def report(
     run_dir: Annotated[Path, typer.Argument(help="A run directory (metrics.jsonl, eval_*.json, rollouts.jsonl, "
                                             "config.yaml; each optional).")],

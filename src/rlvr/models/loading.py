@@ -2,7 +2,8 @@
 
 `path: builtin` means the small model shipped inside the package (`rlvr/models/builtin/`), `builtin-vl`
 its tiny vision-language sibling (`rlvr/models/builtin_vl/`, see `rlvr.models.vision`), and `builtin-teacher`
-the built-in model after GRPO training (`rlvr/models/builtin_teacher/`, a teacher for distillation). Anything else
+the built-in model after GRPO training (`rlvr/models/builtin_teacher/`, a teacher for distillation), and
+`builtin-lab` the lab's Countdown model (`rlvr/models/builtin_lab/`, docs/lab.md). Anything else
 must be a local directory holding a transformers checkpoint (config.json plus weights), e.g. a downloaded
 Qwen2.5-0.5B-Instruct. Nothing is downloaded at run time.
 """
@@ -20,6 +21,7 @@ log = logging.getLogger(__name__)
 BUILTIN_DIR = Path(__file__).parent / "builtin"
 BUILTIN_VL_DIR = Path(__file__).parent / "builtin_vl"
 BUILTIN_TEACHER_DIR = Path(__file__).parent / "builtin_teacher"
+BUILTIN_LAB_DIR = Path(__file__).parent / "builtin_lab"
 
 
 class ModelError(ValueError):
@@ -31,6 +33,7 @@ BUILTIN_MODELS = {
     "builtin": (BUILTIN_DIR, "the built-in model", "scripts/build_base_model.py"),
     "builtin-vl": (BUILTIN_VL_DIR, "the built-in VLM", "scripts/build_vl_model.py"),
     "builtin-teacher": (BUILTIN_TEACHER_DIR, "the built-in teacher", "scripts/build_teacher_model.py"),
+    "builtin-lab": (BUILTIN_LAB_DIR, "the lab model", "scripts/build_lab_model.py"),
 }
 
 

@@ -30,6 +30,10 @@ def rollout_metrics(groups: list[Group], reward_fn: RewardFunction) -> dict[str,
         "zero_std_frac": sum(len({s.reward for s in g.samples}) == 1 for g in groups) / len(groups),
         "response_tokens": float(lengths.sum()),
     }
+    for label, flag in (("correct", True), ("wrong", False)):  # the lab's length findings (Dr.GRPO)
+        picked = [len(s.response_ids) for s in samples if bool(s.correct) == flag]
+        if picked:
+            metrics[f"response_length_{label}_mean"] = sum(picked) / len(picked)
     for name, _, _ in reward_fn.components:
         metrics[f"reward/{name}"] = sum(s.rewards.get(name, 0.0) for s in samples) / len(samples)
     metrics.update(reward_fn.last_metrics)

@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,18 +31,31 @@ from rlvr.tracking import read_metrics
 
 @dataclass
 class SweepRun:
+    """One (arm, seed): `rlvr train RECIPE OVERRIDES`, or with `model` set, `rlvr eval MODEL --config RECIPE` of
+    a model that is not trained (a lab finding's base arm), whose result lands in RUN_DIR/eval_after.json."""
+
     recipe: Path
     seed: int
     run_dir: Path
     overrides: list[str]
+    arm: str | None = None  # the name in tables; default: the recipe's stem
+    model: str | None = None  # set: evaluate this model instead of training
 
     @property
     def name(self) -> str:
-        return self.recipe.stem
+        return self.arm or self.recipe.stem
 
     @property
     def done(self) -> bool:
-        return (self.run_dir / "final" / "config.json").is_file() and (self.run_dir / "eval_after.json").is_file()
+        trained = self.model is not None or (self.run_dir / "final" / "config.json").is_file()
+        return trained and (self.run_dir / "eval_after.json").is_file()
+
+    def command(self) -> list[str]:
+        if self.model is None:
+            return ["train", str(self.recipe), *self.overrides]
+        evals = [o for o in self.overrides if not o.startswith(("run.dir=", "train.", "eval.every=", "model.path="))]
+        return ["eval", self.model, "--config", str(self.recipe), "--out", str(self.run_dir / "eval_after.json"),
+                *evals]
 
 
 def plan_sweep(recipes: Sequence[str | Path], seeds: int, steps: int, out: Path, task: str | None,
@@ -52,17 +65,35 @@ def plan_sweep(recipes: Sequence[str | Path], seeds: int, steps: int, out: Path,
               f"eval.every={eval_every if eval_every is not None else max(1, steps // 4)}"]
     if task is not None:
         common.append(f"task={{name: {task}}}")
+    arms = [PlannedArm(Path(r).stem, Path(r)) for r in recipes]
+    return plan_runs(arms, range(seeds), out, [*common, *overrides])
+
+
+@dataclass
+class PlannedArm:
+    """One arm of a sweep: a recipe, the arm's own overrides, and with `model` set an evaluation of that model
+    instead of a training run."""
+
+    name: str
+    recipe: Path
+    overrides: list[str] = field(default_factory=list)
+    model: str | None = None
+
+
+def plan_runs(arms: Sequence[PlannedArm], seeds: Sequence[int], out: Path, common: Sequence[str]) -> list[SweepRun]:
+    """One run per (arm, seed) in OUT/runs/ARM/seedS, with overrides `common`, then the arm's, then the seed and
+    directory; every config is validated before anything starts (all problems reported at once)."""
     runs, problems = [], []
-    for recipe in recipes:
-        for seed in range(seeds):
-            run_dir = out / "runs" / Path(recipe).stem / f"seed{seed}"
-            extra = [*common, *overrides, f"run.seed={seed}", f"run.dir={run_dir}"]
+    for arm in arms:
+        for seed in seeds:
+            run_dir = out / "runs" / arm.name / f"seed{seed}"
+            extra = [*common, *arm.overrides, f"run.seed={seed}", f"run.dir={run_dir}"]
             try:
-                load_config(recipe, extra)
+                load_config(arm.recipe, extra)
             except ConfigError as err:
-                problems.append(f"{recipe}: {err}")
+                problems.append(f"{arm.name} ({arm.recipe}): {err}")
                 break
-            runs.append(SweepRun(Path(recipe), seed, run_dir, extra))
+            runs.append(SweepRun(arm.recipe, seed, run_dir, extra, arm=arm.name, model=arm.model))
     if problems:
         raise ConfigError(problems)
     return runs
@@ -79,9 +110,11 @@ def _execute(run: SweepRun, threads: int) -> tuple[SweepRun, int, float]:
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     started = time.perf_counter()
     log_path = run.run_dir.parent / f"{run.run_dir.name}.log"
+    if run.model is not None:
+        run.run_dir.mkdir(parents=True)
     with log_path.open("w") as log:
-        proc = subprocess.run([sys.executable, "-m", "rlvr", "train", str(run.recipe), *run.overrides],
-                              stdout=log, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.run([sys.executable, "-m", "rlvr", *run.command()], stdout=log, stderr=subprocess.STDOUT,
+                              env=env)
     return run, proc.returncode, time.perf_counter() - started
 
 
@@ -107,16 +140,17 @@ def run_sweep(runs: list[SweepRun], out: Path, jobs: int = 1) -> dict[str, Any]:
 
 
 def _run_stats(run_dir: Path) -> dict[str, float]:
-    metrics = read_metrics(run_dir)
+    metrics = read_metrics(run_dir) if (run_dir / "metrics.jsonl").is_file() else []  # none: an eval-only arm
     after = json.loads((run_dir / "eval_after.json").read_text())
+    last = metrics[-1] if metrics else {}
     evals = [m["eval/pass@1"] for m in metrics if "eval/pass@1" in m] + [after["pass@k"]["1"]]
     stats = {
         "final_pass@1": after["pass@k"]["1"],
         "best_pass@1": max(evals),
-        "final_entropy": metrics[-1].get("entropy", float("nan")),
+        "final_entropy": last.get("entropy", float("nan")),
         "steps": float(len(metrics)),
         # every sampled token, including groups a sampler dropped (older runs: the trained responses only)
-        "rollout_tokens": metrics[-1].get("rollout_tokens_total",
+        "rollout_tokens": last.get("rollout_tokens_total",
                                           sum(m.get("response_tokens", 0.0) for m in metrics)),
         "train_tokens": sum(m.get("train_tokens", 0.0) for m in metrics),
         "wall_s": sum(m.get("step_s", 0.0) for m in metrics),

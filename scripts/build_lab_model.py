@@ -1,0 +1,151 @@
+#!/usr/bin/env python
+"""Build the lab model (src/rlvr/models/builtin_lab/) from scratch, reproducibly, with rlvr's own `rlvr sft`.
+
+    python scripts/build_lab_model.py             # the shipped build: seed 0, defaults below
+
+The lab model (`model.path=builtin-lab`) is the policy of `rlvr lab` (docs/lab.md): a small Qwen2 LM that plays
+Countdown (`task.name=countdown`) badly in a problem-specific way, so that RL methods can be told apart on it.
+
+What is designed in (stated, not discovered):
+1. A byte-level tokenizer and a randomly initialised Qwen2 LM (seeded), a little larger than the built-in model.
+2. Synthetic SFT data on the countdown task's *training* split, written by a teacher that mixes strategies:
+   - `P_CHAIN_NO_DIV`: a right left-to-right chain that uses only + - * (uniform among them), when one exists;
+   - `P_CHAIN_DIV`: a right chain that uses division (rare on purpose: problems that need division are solved
+     rarely, at a problem-specific rate, which is where pass@k at large k and RL's narrowing can show);
+   - the rest, and whenever the chosen strategy has no solution: a careless attempt, a random order and random
+     + - * ops with the last op picked to land as near the target as it can; right or wrong as it lands.
+   The teacher never writes an expression of shape (a op b) op (c op d): a problem whose every solution has that
+   shape is never solved by the model, at any k.
+3. `rlvr sft recipes/sft_lab.yaml` trains it.
+4. `rlvr eval` measures held-out pass@1, pass@16 and pass@64 at temperature 1.0 (docs/models.md has the full
+   pass@k to 256). The build fails unless 10% <= pass@1 <= 35% and pass@64 >= 3 x pass@1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from build_base_model import MODEL_FILES, _count_params, make_init_model, rlvr  # noqa: E402
+
+from rlvr.tasks.countdown import OPS, CountdownTask, apply, chain_solutions, chain_text  # noqa: E402
+
+P_CHAIN_NO_DIV = 0.55
+P_CHAIN_DIV = 0.05
+ARCH = dict(hidden_size=160, intermediate_size=480, num_hidden_layers=4, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=256, rope_theta=10000.0, tie_word_embeddings=True)
+
+
+def careless_attempt(numbers: list[int], target: int, rng: random.Random) -> str:
+    """A random order and random + - * steps, the last op chosen to land nearest the target."""
+    while True:
+        order = rng.sample(numbers, len(numbers))
+        ops = [rng.choice("+-*") for _ in range(len(order) - 2)]
+        value: int | None = order[0]
+        for op, n in zip(ops, order[1:-1]):
+            value = apply(value, op, n) if value is not None else None
+        if value is None:
+            continue
+        last = [(abs(v - target), op) for op in "+-*" if (v := apply(value, op, order[-1])) is not None]
+        ops.append(min(last)[1])
+        text, _ = chain_text(order, ops)
+        return text
+
+
+def teacher_solution(numbers: list[int], target: int, rng: random.Random) -> tuple[str, str]:
+    """The teacher's worked answer and which strategy wrote it."""
+    u = rng.random()
+    if u < P_CHAIN_NO_DIV + P_CHAIN_DIV:
+        use_div = u >= P_CHAIN_NO_DIV
+        sols = [s for s in chain_solutions(numbers, target) if ("/" in s[1]) == use_div]
+        if sols:
+            order, ops = rng.choice(sols)
+            return chain_text(order, ops)[0], "chain_div" if use_div else "chain"
+    return careless_attempt(numbers, target, rng), "careless"
+
+
+def make_data(path: Path, count: int, seed: int) -> dict[str, float]:
+    task = CountdownTask(train_size=max(count, 100_000))
+    rng = random.Random(seed)
+    right, styles = 0, {"chain": 0, "chain_div": 0, "careless": 0}
+    with path.open("w") as f:
+        for i in range(count):
+            record = task.train[i]
+            text, style = teacher_solution(record.meta["numbers"], record.meta["target"], rng)
+            styles[style] += 1
+            right += task.verify(text, record).correct
+            f.write(json.dumps({"prompt": task.plain_prompt(record), "completion": text}) + "\n")
+    return {"teacher_accuracy": right / count, **{f"{k}_frac": v / count for k, v in styles.items()}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=ROOT / "src/rlvr/models/builtin_lab")
+    ap.add_argument("--work", type=Path, default=ROOT / "runs/build_lab_model")
+    ap.add_argument("--examples", type=int, default=120_000)
+    ap.add_argument("--steps", type=int, default=1600)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-check", action="store_true", help="Skip the pass@k acceptance bounds.")
+    args = ap.parse_args()
+    assert set(OPS) == set("+-*/")
+
+    started = time.time()
+    if args.work.exists():
+        shutil.rmtree(args.work)
+    args.work.mkdir(parents=True)
+    data = args.work / "sft_data.jsonl"
+    stats = make_data(data, args.examples, args.seed)
+    print(f"wrote {args.examples} examples to {data}: {json.dumps(stats)}", flush=True)
+    init = args.work / "init"
+    make_init_model(init, args.seed, ARCH)
+
+    rlvr("sft", "recipes/sft_lab.yaml", f"model.path={init}", f"data.path={data}",
+         f"run.dir={args.work / 'sft'}", f"run.seed={args.seed}", f"train.steps={args.steps}")
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name in MODEL_FILES:
+        src = args.work / "sft" / "final" / name
+        if src.exists():
+            shutil.copy2(src, args.out / name)
+
+    result_path = args.work / "eval.json"
+    rlvr("eval", str(args.out), "--task", "countdown", "--n", "64", "--k", "1,4,16,64", "--out", str(result_path),
+         "--temperature", "1.0", "rollout.max_new_tokens=64")
+    result = json.loads(result_path.read_text())
+    p1, p64 = result["pass@k"]["1"], result["pass@k"]["64"]
+    minutes = (time.time() - started) / 60
+    card = {
+        "architecture": "Qwen2ForCausalLM", **ARCH,
+        "parameters": _count_params(args.out),
+        "tokenizer": "byte-level, no merges (one token per ASCII character), tokenizers library",
+        "task": "countdown (3 or 4 numbers from 1..10, targets 1..100), chain scratchpad then the expression",
+        "sft": {"examples": args.examples, "steps": args.steps, "seed": args.seed,
+                "p_chain_no_div": P_CHAIN_NO_DIV, "p_chain_div": P_CHAIN_DIV,
+                **{k: round(v, 4) for k, v in stats.items()}},
+        "heldout_eval": {"temperature": 1.0, "n": 64, "prompts": result["num_prompts"],
+                         **{f"pass@{k}": round(v, 4) for k, v in result["pass@k"].items()}},
+        "build_minutes": round(minutes, 1),
+        "command": f"python scripts/build_lab_model.py --examples {args.examples} --steps {args.steps} "
+                   f"--seed {args.seed}",
+    }
+    (args.out / "build_info.json").write_text(json.dumps(card, indent=2) + "\n")
+    print(json.dumps(card, indent=2))
+    if not args.no_check:
+        if not 0.10 <= p1 <= 0.35:
+            sys.exit(f"pass@1 = {p1:.3f} is outside [0.10, 0.35]")
+        if p64 < 3 * p1:
+            sys.exit(f"pass@64 = {p64:.3f} is less than three times pass@1 = {p1:.3f}")
+    print(f"built {args.out} in {minutes:.1f} min")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+"""A finding: a claim about an RL method, written as data before it is run.
+
+    name: dr_grpo_length
+    paper: "Understanding R1-Zero-Like Training: A Critical Perspective (Liu et al.), arXiv:2503.20783"
+    claim: "GRPO's length normalisation lets wrong answers grow; Dr.GRPO removes that growth"
+    arms:
+      grpo: {recipe: grpo}
+      dr_grpo: {recipe: dr_grpo}
+    control: grpo
+    treatment: dr_grpo
+    metric: wrong_length_growth
+    direction: lower          # treatment - control < 0
+    min_effect: 2.0           # the smallest effect that would count (in the metric's unit)
+    steps: 60                 # the cap; rollout_tokens is the equal budget every arm stops at
+    rollout_tokens: 300000
+    seeds: 5
+
+Each arm is a shipped recipe with only the lab's task and model (`common`) and the arm's own knob (`overrides`)
+changed. An arm with `train: false` evaluates the starting model instead (the base of a pass@k comparison).
+Nothing here is tuned after a result: a negative stays a row with its diagnosis (docs/findings.md).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import Field, model_validator
+
+from rlvr.config import ConfigError
+from rlvr.config.base import Strict
+
+FINDINGS_DIR = Path(__file__).parent / "findings"
+# What every lab run shares: the lab model on the lab task, evaluated once at the end, quietly.
+LAB_COMMON = ["model.path=builtin-lab", "task={name: countdown}", "rollout.max_new_tokens=64",
+              "eval.before=false", "eval.after=true", "logging.progress=false", "checkpoint.every=0"]
+
+
+class Arm(Strict):
+    recipe: str = Field(description="a shipped recipe's name (grpo) or a recipe file")
+    overrides: list[str] = Field(default_factory=list, description="the arm's own knob(s), key=value")
+    train: bool = Field(True, description="false: evaluate the starting model (no training)")
+    model: str = Field("builtin-lab", description="with train: false, the model to evaluate")
+
+
+class EvalSpec(Strict):
+    n: int = Field(16, ge=1, description="samples per held-out problem")
+    ks: list[int] = Field(default_factory=lambda: [1, 16], description="pass@k reported")
+    size: int | None = Field(None, ge=1, description="the first SIZE held-out problems (default: all)")
+
+    @model_validator(mode="after")
+    def _ks(self) -> "EvalSpec":
+        bad = [k for k in self.ks if not 1 <= k <= self.n]
+        if bad:
+            raise ValueError(f"eval.ks: each k must be 1..eval.n={self.n}; got {bad}")
+        return self
+
+
+class Finding(Strict):
+    name: str
+    title: str = ""
+    paper: str = Field(description="the seed paper: title, authors, arXiv id")
+    claim: str = Field(description="the paper's claim, in one sentence, as this finding tests it")
+    arms: dict[str, Arm]
+    control: str
+    treatment: str
+    metric: str = Field(description="the verdict's metric (rlvr.lab.metrics.METRICS)")
+    report: list[str] = Field(default_factory=list, description="more metrics to tabulate (no verdict)")
+    direction: Literal["higher", "lower", "equal"] = Field(description="the claimed sign of treatment - control")
+    min_effect: float = Field(0.0, ge=0.0, description="the smallest effect that would count as the claim")
+    steps: int = Field(60, ge=1, description="RL steps per training arm (the cap)")
+    rollout_tokens: int | None = Field(None, ge=1, description="equal rollout-token budget per training arm")
+    seeds: int = Field(5, ge=1)
+    first_seed: int = Field(0, ge=0)
+    seed_values: list[int] | None = Field(None, description="exactly these seeds (instead of seeds/first_seed)")
+    eval: EvalSpec = Field(default_factory=EvalSpec)
+    common: list[str] = Field(default_factory=list, description="overrides for every arm after the lab's own")
+    minutes: float | None = Field(None, description="measured wall time of the whole finding on 2 idle cores")
+    notes: str = ""
+
+    @model_validator(mode="after")
+    def _arms(self) -> "Finding":
+        for key in ("control", "treatment"):
+            if getattr(self, key) not in self.arms:
+                raise ValueError(f"{key}: '{getattr(self, key)}' is not one of the arms ({', '.join(self.arms)})")
+        if self.control == self.treatment:
+            raise ValueError("treatment: must differ from control")
+        from rlvr.lab.metrics import METRICS, metric_known
+
+        for m in [self.metric, *self.report]:
+            if not metric_known(m):
+                raise ValueError(f"metric '{m}' is unknown; expected one of {', '.join(METRICS)} "
+                                 "(pass@K and maj@K for any K in eval.ks)")
+        return self
+
+    def seed_list(self) -> list[int]:
+        if self.seed_values:
+            return list(self.seed_values)
+        return list(range(self.first_seed, self.first_seed + self.seeds))
+
+
+def list_findings() -> list[str]:
+    """The names of the shipped findings, in file order (NN-name.yaml)."""
+    return [_stem_name(p) for p in sorted(FINDINGS_DIR.glob("*.yaml"))]
+
+
+def _stem_name(path: Path) -> str:
+    stem = path.stem
+    return stem.split("-", 1)[1] if "-" in stem and stem.split("-", 1)[0].isdigit() else stem
+
+
+def finding_path(name_or_path: str | Path) -> Path:
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml"):
+        if not p.is_file():
+            raise ConfigError(f"finding: file '{p}' does not exist")
+        return p
+    for f in sorted(FINDINGS_DIR.glob("*.yaml")):
+        if _stem_name(f) == str(name_or_path):
+            return f
+    raise ConfigError(f"finding: '{name_or_path}' is not a shipped finding ({', '.join(list_findings())}) nor a "
+                      "YAML file; `rlvr lab --list` names them")
+
+
+def load_finding(name_or_path: str | Path, overrides: list[str] | None = None) -> Finding:
+    """A shipped finding by name, or a finding file, with `key=value` overrides. Raises ConfigError naming the
+    key."""
+    from rlvr.config.loading import read_yaml, validate
+    from rlvr.config.overrides import apply_overrides
+
+    path = finding_path(name_or_path)
+    data = apply_overrides(read_yaml(path), list(overrides or []), Finding)
+    return validate(Finding, data, str(path))
+
+
+def comparison_finding(mine: str, baseline: str, *, seeds: int, first_seed: int, steps: int,
+                       rollout_tokens: int | None, direction: str = "higher", metric: str = "pass@1",
+                       overrides: list[str] | None = None) -> Finding:
+    """`rlvr lab compare MINE BASELINE`: does my recipe beat the baseline on the lab task, at equal budget?"""
+    names = [Path(mine).stem, Path(baseline).stem]
+    if names[0] == names[1]:
+        names = [f"{names[0]}-mine", names[1]]
+    data = {
+        "name": f"{names[0]}-vs-{names[1]}", "paper": "(your comparison)",
+        "claim": f"{names[0]} reaches a {'higher' if direction == 'higher' else 'lower'} {metric} than "
+                 f"{names[1]} at equal rollout budget",
+        "arms": {names[0]: {"recipe": mine}, names[1]: {"recipe": baseline}},
+        "control": names[1], "treatment": names[0], "metric": metric, "direction": direction,
+        "min_effect": 0.02 if metric.startswith(("pass@", "maj@")) else 0.0,
+        "steps": steps, "rollout_tokens": rollout_tokens, "seeds": seeds, "first_seed": first_seed,
+    }
+    from rlvr.config.loading import validate
+    from rlvr.config.overrides import apply_overrides
+
+    return validate(Finding, apply_overrides(data, list(overrides or []), Finding), "rlvr lab compare")
+
+
+def resolve_recipe(recipe: str, key: str) -> Path:
+    """A recipe file: the path itself, else recipes/NAME.yaml under the working directory or the source tree."""
+    p = Path(recipe)
+    if p.is_file():
+        return p
+    roots = [Path.cwd() / "recipes", Path(__file__).resolve().parents[3] / "recipes"]
+    for root in roots:
+        for cand in (root / recipe, root / f"{recipe}.yaml"):
+            if cand.is_file():
+                return cand
+    raise ConfigError(f"{key}: recipe '{recipe}' not found (looked for the file, and for recipes/{recipe}.yaml "
+                      "in the working directory and the rlvr source tree)")
+
+
+def dump_finding(finding: Finding) -> str:
+    return yaml.safe_dump(finding.model_dump(mode="json", exclude_defaults=False), sort_keys=False)

@@ -1,0 +1,109 @@
+"""The lab's per-run metrics: one number per (arm, seed), read from the run directory after it finished.
+
+A training arm's directory has metrics.jsonl (one line per step) and eval_after.json (the held-out evaluation
+of the final policy); an evaluation-only arm has eval_after.json alone.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+WINDOW = 5  # steps averaged at each end of a run for the curve metrics
+
+
+def _steps(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _eval(run_dir: Path) -> dict[str, Any]:
+    return json.loads((run_dir / "eval_after.json").read_text())
+
+
+def _window_mean(steps: list[dict[str, Any]], key: str, last: bool) -> float:
+    values = [s[key] for s in steps if isinstance(s.get(key), (int, float)) and math.isfinite(s[key])]
+    if not values:
+        return math.nan
+    chosen = values[-WINDOW:] if last else values[:WINDOW]
+    return statistics.fmean(chosen)
+
+
+def entropy_final(run_dir: Path) -> float:
+    """Mean policy entropy (nats per token) over the last steps."""
+    return _window_mean(_steps(run_dir), "entropy", last=True)
+
+
+def entropy_drop(run_dir: Path) -> float:
+    """Entropy at the start minus entropy at the end (positive: it collapsed)."""
+    steps = _steps(run_dir)
+    return _window_mean(steps, "entropy", last=False) - _window_mean(steps, "entropy", last=True)
+
+
+def wrong_length_growth(run_dir: Path) -> float:
+    """Mean length (tokens) of wrong responses over the last steps minus over the first steps."""
+    steps = _steps(run_dir)
+    key = "response_length_wrong_mean"
+    return _window_mean(steps, key, last=True) - _window_mean(steps, key, last=False)
+
+
+def length_final(run_dir: Path) -> float:
+    """Mean response length (tokens) over the last steps."""
+    return _window_mean(_steps(run_dir), "response_length_mean", last=True)
+
+
+def rollout_tokens(run_dir: Path) -> float:
+    """Every response token sampled, counting groups a sampler dropped."""
+    steps = _steps(run_dir)
+    if not steps:
+        return 0.0
+    return float(steps[-1].get("rollout_tokens_total", sum(s.get("response_tokens", 0.0) for s in steps)))
+
+
+def train_accuracy_final(run_dir: Path) -> float:
+    """Training-batch accuracy over the last steps."""
+    return _window_mean(_steps(run_dir), "accuracy", last=True)
+
+
+def unsolved_frac(run_dir: Path) -> float:
+    """Share of held-out problems with no correct sample among eval.n (1 - pass@n)."""
+    problems = _eval(run_dir)["problems"]
+    return sum(p["correct"] == 0 for p in problems) / max(len(problems), 1)
+
+
+def mean_reward(run_dir: Path) -> float:
+    result = _eval(run_dir)
+    return float(result.get("mean_reward", result["accuracy"]))
+
+
+METRICS: dict[str, Callable[[Path], float]] = {
+    "entropy_final": entropy_final,
+    "entropy_drop": entropy_drop,
+    "wrong_length_growth": wrong_length_growth,
+    "length_final": length_final,
+    "rollout_tokens": rollout_tokens,
+    "train_accuracy_final": train_accuracy_final,
+    "unsolved_frac": unsolved_frac,
+    "mean_reward": mean_reward,
+}
+_AT_K = re.compile(r"(pass|maj)@(\d+)$")
+
+
+def metric_known(name: str) -> bool:
+    return name in METRICS or _AT_K.match(name) is not None
+
+
+def run_metric(name: str, run_dir: Path) -> float:
+    """The value of metric `name` for one finished run (nan when the run did not record it)."""
+    m = _AT_K.match(name)
+    if m:
+        table = _eval(run_dir).get(f"{m[1]}@k", {})
+        return float(table.get(m[2], math.nan))
+    return float(METRICS[name](run_dir))

@@ -1,0 +1,184 @@
+"""`rlvr lab`: run a finding's arms x seeds through the sweep runner, then intervals, a table, a plot, a verdict.
+
+    rlvr lab dr_grpo_length                       # a shipped finding at its seeds
+    rlvr lab dr_grpo_length --seeds 5 --first-seed 100 --out runs/lab/dr
+    rlvr lab compare my.yaml grpo --seeds 5       # does my recipe beat GRPO here?
+
+Every (arm, seed) is an ordinary `rlvr train` (or, for a `train: false` arm, `rlvr eval`) run in
+OUT/runs/ARM/seedS, so an interrupted finding continues where it stopped. OUT gets finding.yaml (the definition
+as run), lab.json (every value per seed, the intervals and the verdict), lab.md (the table) and lab.png.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from rlvr.config import ConfigError
+from rlvr.lab.finding import LAB_COMMON, Finding, dump_finding, resolve_recipe
+from rlvr.lab.metrics import run_metric
+from rlvr.lab.stats import Method, difference_interval, mean_interval, verdict
+from rlvr.runtime import console
+from rlvr.trainer.sweep import PlannedArm, SweepRun, plan_runs, run_sweep
+
+
+def finding_overrides(finding: Finding) -> list[str]:
+    """The overrides every arm of `finding` shares: the lab's task and model, the budget, the evaluation."""
+    ev = finding.eval
+    common = [*LAB_COMMON, f"train.steps={finding.steps}", f"eval.n={ev.n}", f"eval.ks={list(ev.ks)}"]
+    if finding.rollout_tokens is not None:
+        common.append(f"train.rollout_token_budget={finding.rollout_tokens}")
+    if ev.size is not None:
+        common.append(f"eval.size={ev.size}")
+    return [*common, *finding.common]
+
+
+def plan_finding(finding: Finding, out: Path) -> list[SweepRun]:
+    """Every (arm, seed) run, each config validated before anything starts."""
+    arms = [PlannedArm(name, resolve_recipe(arm.recipe, f"arms.{name}.recipe"), list(arm.overrides),
+                       None if arm.train else arm.model)
+            for name, arm in finding.arms.items()]
+    return plan_runs(arms, finding.seed_list(), out, finding_overrides(finding))
+
+
+def run_finding(finding: Finding, out: Path, *, jobs: int = 1, method: Method = "t") -> dict[str, Any]:
+    """Run (or continue) the finding in `out` and write its results; returns lab.json's content."""
+    runs = plan_finding(finding, out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "finding.yaml").write_text(dump_finding(finding))
+    console.print(f"lab: {finding.name}: {len(finding.arms)} arms x {finding.seeds} seeds "
+                  f"(seeds {finding.seed_list()}) -> {out}")
+    summary = run_sweep(runs, out, jobs)
+    result = analyze(finding, runs, method=method)
+    result["failed_runs"] = summary.get("failed", [])
+    write_results(result, out)
+    return result
+
+
+def analyze(finding: Finding, runs: list[SweepRun], *, method: Method = "t") -> dict[str, Any]:
+    """Per arm and metric: the value per seed and the mean's interval; per metric: the treatment - control
+    interval; for the finding's metric: the verdict."""
+    metrics = [finding.metric, *[m for m in finding.report if m != finding.metric]]
+    values: dict[str, dict[str, dict[int, float]]] = {arm: {m: {} for m in metrics} for arm in finding.arms}
+    for run in runs:
+        if not run.done:
+            continue
+        for m in metrics:
+            v = run_metric(m, run.run_dir)
+            if not math.isnan(v):
+                values[run.name][m][run.seed] = v
+    arms: dict[str, Any] = {}
+    for arm, by_metric in values.items():
+        arms[arm] = {m: {"values": {str(s): v for s, v in sorted(vals.items())},
+                         **(mean_interval(list(vals.values()), method=method).as_dict() if vals else {"n": 0})}
+                     for m, vals in by_metric.items()}
+    effects: dict[str, Any] = {}
+    for m in metrics:
+        t, c = values[finding.treatment][m], values[finding.control][m]
+        if t and c:
+            effects[m] = difference_interval(t, c, method=method).as_dict()
+    primary = effects.get(finding.metric)
+    if primary is None:
+        decided = "inconclusive"
+        why = "no finished runs in one of the arms"
+    else:
+        from rlvr.lab.stats import Interval
+
+        effect = Interval(**primary)
+        decided = verdict(effect, finding.direction, finding.min_effect)
+        why = _why(finding, effect, decided)
+    return {"finding": finding.name, "paper": finding.paper, "claim": finding.claim, "metric": finding.metric,
+            "direction": finding.direction, "min_effect": finding.min_effect, "control": finding.control,
+            "treatment": finding.treatment, "seeds": finding.seed_list(), "interval_method": method,
+            "arms": arms, "effects": effects, "verdict": decided, "why": why}
+
+
+def _why(finding: Finding, effect: Any, decided: str) -> str:
+    side = {"higher": "> 0", "lower": "< 0", "equal": f"within ±{finding.min_effect:g}"}[finding.direction]
+    return (f"{finding.treatment} - {finding.control} on {finding.metric}: {effect.mean:+.4g} "
+            f"[{effect.lo:+.4g}, {effect.hi:+.4g}] (95%, {effect.method}, {effect.n} seeds); claimed {side}"
+            + ("" if finding.direction == "equal" else f", smallest effect that counts {finding.min_effect:g}")
+            + f": {decided}")
+
+
+def _fmt(m: str, d: dict[str, Any]) -> str:
+    if not d.get("n"):
+        return "n/a"
+    scale, unit = (100.0, "%") if m.startswith(("pass@", "maj@")) or m in ("unsolved_frac",) else (1.0, "")
+    lo, hi = d["lo"], d["hi"]
+    if math.isinf(lo) or math.isinf(hi):
+        return f"{scale * d['mean']:.3g}{unit} (1 seed)"
+    return f"{scale * d['mean']:.3g}{unit} [{scale * lo:.3g}, {scale * hi:.3g}]"
+
+
+def results_table(result: dict[str, Any]) -> str:
+    """The finding's markdown table: each arm's mean [95% interval] per metric, then the effect and verdict."""
+    metrics = list(next(iter(result["arms"].values())))
+    lines = [f"**{result['finding']}**: {result['claim']} ({result['paper']})", "",
+             "| arm | seeds | " + " | ".join(metrics) + " |", "|" + "---|" * (len(metrics) + 2)]
+    for arm, row in result["arms"].items():
+        n = max((row[m].get("n", 0) for m in metrics), default=0)
+        lines.append(f"| {arm} | {n} | " + " | ".join(_fmt(m, row[m]) for m in metrics) + " |")
+    eff = result["effects"]
+    lines.append(f"| {result['treatment']} − {result['control']} | paired | "
+                 + " | ".join(_fmt(m, eff[m]) if m in eff else "n/a" for m in metrics) + " |")
+    lines += ["", f"Verdict: **{result['verdict']}**. {result['why']}"]
+    if result.get("failed_runs"):
+        lines.append(f"Failed runs (left out): {', '.join(result['failed_runs'])}")
+    return "\n".join(lines)
+
+
+def plot_results(result: dict[str, Any], path: Path) -> None:
+    """One panel per metric: each arm's seeds as dots and its mean with the 95% interval."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = list(next(iter(result["arms"].values())))
+    arms = list(result["arms"])
+    fig, axes = plt.subplots(1, len(metrics), figsize=(3.6 * len(metrics), 3.4), squeeze=False)
+    for ax, m in zip(axes[0], metrics):
+        for i, arm in enumerate(arms):
+            d = result["arms"][arm][m]
+            vals = list(d.get("values", {}).values())
+            ax.scatter([i] * len(vals), vals, s=12, alpha=0.6)
+            if d.get("n"):
+                lo = d["lo"] if math.isfinite(d["lo"]) else d["mean"]
+                hi = d["hi"] if math.isfinite(d["hi"]) else d["mean"]
+                ax.errorbar([i + 0.15], [d["mean"]], yerr=[[d["mean"] - lo], [hi - d["mean"]]], fmt="o", color="k",
+                            capsize=4)
+        ax.set_xticks(range(len(arms)), arms, rotation=20, fontsize=8)
+        ax.set_title(m + (" (verdict)" if m == result["metric"] else ""), fontsize=9)
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"{result['finding']}: {result['verdict']}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_results(result: dict[str, Any], out: Path) -> None:
+    (out / "lab.json").write_text(json.dumps(result, indent=2) + "\n")
+    table = results_table(result)
+    (out / "lab.md").write_text(table + "\n")
+    plot_results(result, out / "lab.png")
+    console.print(table)
+
+
+def findings_listing(names: list[str]) -> list[tuple[str, str, str, str]]:
+    """(name, arms, seeds x budget, measured minutes) for `rlvr lab --list`."""
+    from rlvr.lab.finding import load_finding
+
+    rows = []
+    for name in names:
+        try:
+            f = load_finding(name)
+        except ConfigError as err:
+            rows.append((name, "(invalid)", str(err).splitlines()[-1], ""))
+            continue
+        budget = f"{f.steps} steps" + (f", {f.rollout_tokens:,} tokens" if f.rollout_tokens else "")
+        rows.append((name, " vs ".join(f.arms), f"{f.seeds} seeds x {budget}",
+                     f"{f.minutes:.0f} min" if f.minutes is not None else "not measured"))
+    return rows

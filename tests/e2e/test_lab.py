@@ -1,0 +1,112 @@
+"""`rlvr lab`: a finding's arms x seeds as real runs through the sweep runner, its table, plot and verdict."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rlvr.config import ConfigError
+from rlvr.lab.finding import list_findings, load_finding
+from rlvr.lab.run import plan_finding, run_finding
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ["task={name: countdown, eval_size: 6}", "train.prompts_per_step=2", "rollout.n=2", "eval.n=2",
+        "train.micro_batch_size=8"]
+
+
+def write_finding(path: Path, **changes) -> Path:
+    data = {
+        "name": "tiny", "paper": "test", "claim": "dr_grpo differs from grpo",
+        "arms": {"base": {"recipe": "grpo", "train": False}, "grpo": {"recipe": "grpo"},
+                 "dr_grpo": {"recipe": "dr_grpo"}},
+        "control": "grpo", "treatment": "dr_grpo", "metric": "pass@1",
+        "report": ["pass@2", "wrong_length_growth", "entropy_final", "rollout_tokens"],
+        "direction": "higher", "min_effect": 0.02, "steps": 2, "seeds": 2, "first_seed": 7,
+        "eval": {"n": 2, "ks": [1, 2]}, "common": TINY,
+    }
+    data.update(changes)
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_lab_runs_arms_by_seeds_and_writes_table_plot_and_verdict(tmp_path):
+    finding = load_finding(write_finding(tmp_path / "tiny.yaml"))
+    out = tmp_path / "out"
+    result = run_finding(finding, out, jobs=2)
+    assert result["failed_runs"] == []
+    assert result["seeds"] == [7, 8]
+    for arm in ("base", "grpo", "dr_grpo"):
+        row = result["arms"][arm]["pass@1"]
+        assert row["n"] == 2 and set(row["values"]) == {"7", "8"}
+        assert 0.0 <= row["mean"] <= 1.0 and row["lo"] <= row["mean"] <= row["hi"]
+    # training arms have curve metrics, the evaluation-only arm has none
+    assert result["arms"]["grpo"]["rollout_tokens"]["mean"] > 0
+    assert result["arms"]["base"]["rollout_tokens"]["mean"] == 0
+    assert result["verdict"] in ("reproduced", "not reproduced", "inconclusive")
+    assert "dr_grpo - grpo on pass@1" in result["why"]
+    # paired over the two seeds: the effect is the mean of the per-seed differences
+    values = result["arms"]
+    diffs = [values["dr_grpo"]["pass@1"]["values"][s] - values["grpo"]["pass@1"]["values"][s] for s in ("7", "8")]
+    assert result["effects"]["pass@1"]["mean"] == pytest.approx(sum(diffs) / 2)
+    table = (out / "lab.md").read_text()
+    assert "| grpo | 2 |" in table and "| dr_grpo | 2 |" in table and "Verdict: **" in table
+    assert (out / "lab.png").stat().st_size > 0
+    assert json.loads((out / "lab.json").read_text())["finding"] == "tiny"
+    assert yaml.safe_load((out / "finding.yaml").read_text())["seeds"] == 2
+    assert (out / "runs" / "base" / "seed7" / "eval_after.json").is_file()
+    assert (out / "runs" / "grpo" / "seed8" / "final" / "config.json").is_file()
+    # the base arm evaluated the lab model, the training arms trained it on the lab task
+    cfg = yaml.safe_load((out / "runs" / "grpo" / "seed7" / "config.yaml").read_text())
+    assert cfg["model"]["path"] == "builtin-lab" and cfg["task"]["name"] == "countdown"
+    assert cfg["train"]["steps"] == 2 and cfg["run"]["seed"] == 7
+
+    # the same command again re-runs nothing and writes the same numbers
+    stamp = (out / "runs" / "grpo" / "seed7" / "eval_after.json").stat().st_mtime
+    again = run_finding(finding, out, jobs=1)
+    assert (out / "runs" / "grpo" / "seed7" / "eval_after.json").stat().st_mtime == stamp
+    assert again["arms"] == result["arms"] and again["verdict"] == result["verdict"]
+
+
+def test_lab_cli_list_compare_plan_and_errors(tmp_path):
+    rlvr = [sys.executable, "-m", "rlvr", "lab"]
+    listed = subprocess.run([*rlvr, "--list"], capture_output=True, text=True, cwd=ROOT)
+    assert listed.returncode == 0, listed.stderr
+    for name in list_findings():
+        assert name in listed.stdout
+    assert {"boundary", "nsr_passk", "entropy", "dr_grpo_length"} <= set(list_findings())
+    # every shipped finding plans: its recipes exist and every arm's config validates
+    for name in list_findings():
+        runs = plan_finding(load_finding(name), tmp_path / name)
+        assert len(runs) == len(load_finding(name).arms) * load_finding(name).seeds
+
+    bad = subprocess.run([*rlvr, "no_such_finding"], capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode != 0 and "not a shipped finding" in bad.stderr + bad.stdout
+
+    with pytest.raises(ConfigError, match="control"):
+        load_finding(write_finding(tmp_path / "a.yaml", control="nope"))
+    with pytest.raises(ConfigError, match="metric 'pass_at_one' is unknown"):
+        load_finding(write_finding(tmp_path / "b.yaml", metric="pass_at_one"))
+    with pytest.raises(ConfigError, match="eval.ks"):
+        load_finding(write_finding(tmp_path / "c.yaml", eval={"n": 2, "ks": [4]}))
+    with pytest.raises(ConfigError, match="recipe 'no_such_recipe' not found"):
+        plan_finding(load_finding(write_finding(tmp_path / "d.yaml", arms={
+            "grpo": {"recipe": "grpo"}, "dr_grpo": {"recipe": "no_such_recipe"}})), tmp_path / "d")
+
+    # compare: my recipe against grpo, at explicit seeds; 2 steps each, the lab's defaults otherwise
+    mine = tmp_path / "mine.yaml"
+    mine.write_text((ROOT / "recipes" / "dr_grpo.yaml").read_text())
+    out = tmp_path / "cmp"
+    done = subprocess.run([*rlvr, "compare", str(mine), "grpo", "eval.n=2", "eval.ks=[1]", f"common={TINY}",
+                           "--seed-list", "3", "--steps", "1", "--out", str(out)], capture_output=True, text=True,
+                          cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    result = json.loads((out / "lab.json").read_text())
+    assert result["treatment"] == "mine" and result["control"] == "grpo" and result["seeds"] == [3]
+    assert result["verdict"] == "inconclusive"  # one seed: an infinite interval decides nothing
