@@ -31,6 +31,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -68,7 +69,8 @@ class Part:
 
 
 def _pytest(select: str, limit: int) -> list[str]:
-    return [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "-rA",
+    # -v: one line per finished test, read back when a part is killed before pytest writes its JUnit XML
+    return [PY, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-o", "addopts=", "-rA",
             f"--timeout={limit}", CORE, "-k", select]
 
 
@@ -81,10 +83,10 @@ def plan() -> list[Part]:
                  "train_tokens": 16, "micro_rows": 2, "reps": 1, "learner_reps": 1, "mm_sizes": [128]}
     bf16 = ["model.dtype=bfloat16"]
     return [
-        Part("env", [PY, "scripts/gpu/parts.py", "env"], 45, needs_cuda=False, min_s=10),
-        Part("cuda_tests", _pytest("not grpo_30 and not torchrun", 150), 150, junit=True,
+        Part("env", [PY, "scripts/gpu/parts.py", "env"], 30, needs_cuda=False, min_s=10),
+        Part("cuda_tests", _pytest("not grpo_30 and not torchrun", 180), 180, junit=True,
              rehearsal=_pytest(DRY_TESTS, 120), rehearsal_env={"RLVR_GPU_TESTS_DEVICE": "cpu"}),
-        Part("grpo_30", _pytest("grpo_30", 100), 100, junit=True),
+        Part("grpo_30", _pytest("grpo_30", 90), 90, junit=True),
         Part("torchrun", _pytest("torchrun", 70), 70, junit=True),
         Part("shape_0.5b", [PY, "scripts/gpu/parts.py", "shape", "--args", json.dumps(shape_05)], 90, min_s=60,
              rehearsal=[PY, "scripts/gpu/parts.py", "shape", "--args", json.dumps(toy_shape)]),
@@ -115,6 +117,20 @@ def _read_junit(path: Path) -> list[dict[str, Any]]:
                 break
         tests.append({"name": case.get("name"), "outcome": outcome, "seconds": float(case.get("time") or 0),
                       "message": message})
+    return tests
+
+
+_VERBOSE = re.compile(r"^(\S+::(\S+)) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b")
+
+
+def _read_verbose(text: str) -> list[dict[str, Any]]:
+    """Outcomes from pytest -v lines ("path::test PASSED [ 10%]"): what finished before a part was killed."""
+    tests = []
+    for line in text.splitlines():
+        m = _VERBOSE.match(line)
+        if m:
+            tests.append({"name": m.group(2), "outcome": m.group(3).lower(),
+                          "seconds": None, "message": None})
     return tests
 
 
@@ -160,7 +176,7 @@ def run_part(part: Part, work: Path, limit: float, dry_run: bool, log: Any) -> d
     log.write(text or "")
     log.flush()
     if part.junit:
-        record["tests"] = _read_junit(junit)
+        record["tests"] = _read_junit(junit) or _read_verbose(text or "")
         if measured.is_file():
             record["measured"] = [json.loads(x) for x in measured.read_text().splitlines() if x.strip()]
     result = _result_line(text or "")

@@ -122,7 +122,7 @@ def matmul_peak(device: Any, dtype: Any, sizes: list[int], reps: int = 5) -> dic
         b = torch.randn(n, n, device=device, dtype=dtype)
         for _ in range(2):
             a @ b
-        times = [_timed(lambda: a @ b, device)[1] for _ in range(reps)]
+        times = [_timed(lambda a=a, b=b: a @ b, device)[1] for _ in range(reps)]
         flops = 2 * n**3 / min(times)
         per[f"mm{n}_tflops"] = flops / 1e12
         best = max(best, flops)
@@ -131,9 +131,8 @@ def matmul_peak(device: Any, dtype: Any, sizes: list[int], reps: int = 5) -> dic
 
 def _random_model(shape: str, device: Any, dtype: Any, tok: Any) -> Any:
     import torch
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
-
     from common import QWEN05B_ARCH, TINY_ARCH
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
     arch = {"0.5b": QWEN05B_ARCH, "1.5b": QWEN15B_ARCH, "tiny": TINY_ARCH}[shape]
     config = Qwen2Config(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
@@ -148,8 +147,8 @@ def _random_model(shape: str, device: Any, dtype: Any, tok: Any) -> Any:
 
 def shape(args: dict[str, Any]) -> None:
     import torch
-
     from common import addition_records, num_params, prompt_text
+
     from rlvr.models.byte_tokenizer import save_byte_tokenizer
     from rlvr.rollout import SamplingParams
     from rlvr.rollout.fast import FastEngine
@@ -220,8 +219,8 @@ def _learner(model: Any, tok: Any, prompts: list[list[int]], args: dict[str, Any
     import copy
 
     import torch
-
     from common import addition_records
+
     from rlvr.config import Config
     from rlvr.learner.learner import Learner
     from rlvr.types import Batch, Group, Sample

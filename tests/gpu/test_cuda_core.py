@@ -1,5 +1,6 @@
 """The CUDA paths that need neither vLLM nor Ray: bf16 learner log-probs, the fast and hf engines' behaviour
-log-probs, a 30-step GRPO run, LoRA, train.compile, resume, FSDP2 on NCCL. Skipped without CUDA; on a GPU
+log-probs, a 30-step GRPO run, LoRA, resume, FSDP2 on NCCL, torchrun, train.compile (last: its compile is the
+slowest part). Skipped without CUDA; on a GPU
 machine `scripts/gpu_check.sh` runs this file (UNVERIFIED until a GPU has run it: see docs/scaling.md, "On a GPU").
 
 RLVR_GPU_TESTS_DEVICE=cpu runs the same tests on the CPU (NCCL replaced by gloo): a rehearsal of their code, not
@@ -183,34 +184,6 @@ def _two_updates(learner) -> list[dict[str, float]]:
     return out
 
 
-def test_train_compile_runs_compiled_on_cuda_and_matches_eager():
-    from rlvr.learner.learner import Learner
-    from rlvr.models.logprobs import forward_tokens
-    from rlvr.types import Batch
-
-    eager_model, _ = _builtin(torch.float32)
-    compiled_model = copy.deepcopy(eager_model)
-    learner = Learner(compiled_model, _learner_cfg(compile=True))
-    assert learner.compiled, "train.compile fell back to eager on CUDA (see the warning above)"
-    batch = Batch.from_groups(_groups(), pad_id=0).to(CUDA)
-    with torch.no_grad():  # the learner's forward: compiled decoder vs eager, the same fp32 weights
-        lp_eager = forward_tokens(eager_model, batch.input_ids, batch.attention_mask, batch.mask).logprobs
-        lp_compiled = forward_tokens(compiled_model, batch.input_ids, batch.attention_mask, batch.mask).logprobs
-    lp_diff = (lp_eager - lp_compiled).abs().max().item()
-    eager = _two_updates(Learner(eager_model, _learner_cfg()))
-    compiled = _two_updates(learner)
-    norm_rel = abs(eager[0]["grad_norm"] - compiled[0]["grad_norm"]) / eager[0]["grad_norm"]
-    drift = max((a - b).abs().max().item() for a, b in zip(eager_model.state_dict().values(),
-                                                            compiled_model.state_dict().values()))
-    _record("train_compile", compiled=bool(learner.compiled), max_logprob_diff=lp_diff,
-            grad_norm_eager=eager[0]["grad_norm"], grad_norm_compiled=compiled[0]["grad_norm"],
-            max_weight_diff_after_2_updates=drift)
-    # fused kernels reorder fp32 sums: ~1e-6 relative. (The weights after AdamW are only recorded: Adam divides
-    # near-zero gradients by their own size, so rounding noise there moves a weight by up to lr per step.)
-    assert lp_diff < 1e-4, lp_diff
-    assert norm_rel < 1e-3, (eager[0]["grad_norm"], compiled[0]["grad_norm"])
-
-
 def test_resume_on_cuda_matches_an_uninterrupted_run(tmp_path):
     """As tests/e2e/test_training.py on CPU. If CUDA kernels are not bit-exact run to run, the measured
     difference is recorded and the test fails saying which quantities differ."""
@@ -295,3 +268,32 @@ def test_torchrun_one_process_trains_checkpoints_and_resumes_on_cuda(tmp_path):
     assert [m["step"] for m in lines] == [1, 2, 3]
     assert all(m["grad_norm"] > 0 for m in lines)
     assert (run_dir / "final" / "model.safetensors").is_file()
+
+
+def test_train_compile_runs_compiled_on_cuda_and_matches_eager():
+    from rlvr.learner.learner import Learner
+    from rlvr.models.logprobs import forward_tokens
+    from rlvr.types import Batch
+
+    eager_model, _ = _builtin(torch.float32)
+    compiled_model = copy.deepcopy(eager_model)
+    learner = Learner(compiled_model, _learner_cfg(compile=True))
+    assert learner.compiled, "train.compile fell back to eager on CUDA (see the warning above)"
+    batch = Batch.from_groups(_groups(), pad_id=0).to(CUDA)
+    with torch.no_grad():  # the learner's forward: compiled decoder vs eager, the same fp32 weights
+        lp_eager = forward_tokens(eager_model, batch.input_ids, batch.attention_mask, batch.mask).logprobs
+        lp_compiled = forward_tokens(compiled_model, batch.input_ids, batch.attention_mask, batch.mask).logprobs
+    lp_diff = (lp_eager - lp_compiled).abs().max().item()
+    eager = _two_updates(Learner(eager_model, _learner_cfg()))
+    compiled = _two_updates(learner)
+    norm_rel = abs(eager[0]["grad_norm"] - compiled[0]["grad_norm"]) / eager[0]["grad_norm"]
+    drift = max((a - b).abs().max().item() for a, b in zip(eager_model.state_dict().values(),
+                                                            compiled_model.state_dict().values()))
+    _record("train_compile", compiled=bool(learner.compiled), max_logprob_diff=lp_diff,
+            grad_norm_eager=eager[0]["grad_norm"], grad_norm_compiled=compiled[0]["grad_norm"],
+            max_weight_diff_after_2_updates=drift)
+    # fused kernels reorder fp32 sums (~1e-6 relative; 2e-5 nats measured on the CPU); a wrong graph is off by
+    # whole nats. (The weights after AdamW are only recorded: Adam divides near-zero gradients by their own size,
+    # so rounding noise there moves a weight by up to lr per step.)
+    assert lp_diff < 5e-4, lp_diff
+    assert norm_rel < 1e-3, (eager[0]["grad_norm"], compiled[0]["grad_norm"])
