@@ -4,6 +4,8 @@
     scripts/gpu_check.sh                 # on a CUDA machine: every part below, about 8 minutes on an H100
     scripts/gpu_check.sh --dry-run       # here, on a CPU: the parts that need no GPU, the others rehearsed or listed
 
+UNVERIFIED on a GPU until its first run there (docs/scaling.md, "On a GPU"): built and rehearsed on a CPU only.
+
 Each part runs in its own process group under its own time limit (a hang in one is killed and the next runs),
 and the whole run stays inside --budget-s: a part is given min(its limit, the time left) and skipped when less
 than its minimum is left. After every part, all results so far are written to OUT/gpu_check.json (schema below);
