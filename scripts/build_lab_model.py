@@ -74,7 +74,8 @@ def teacher_solution(numbers: list[int], target: int, rng: random.Random) -> tup
 
 
 def make_data(path: Path, count: int, seed: int) -> dict[str, float]:
-    task = CountdownTask(train_size=max(count, 100_000))
+    # pair_only=False: the shipped build's data (pair-shaped targets of any kind, as the task drew them then)
+    task = CountdownTask(train_size=max(count, 100_000), pair_only=False)
     rng = random.Random(seed)
     right, styles = 0, {"chain": 0, "chain_div": 0, "careless": 0}
     with path.open("w") as f:

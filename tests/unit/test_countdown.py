@@ -142,10 +142,15 @@ def test_generator_is_seeded_split_apart_and_solvable():
         nums, target = r.meta["numbers"], r.meta["target"]
         assert r.difficulty == len(nums) in (3, 4) and 1 <= target <= 100
         assert r.question == " ".join(map(str, nums)) + f" -> {target}"
-    # Every generated problem has a solution; a chain one has a chain solution.
+    # A chain-shaped problem has a chain solution; a pair-shaped one (pair_only) has none, by construction.
+    shapes = {r.meta["shape"] for r in a.heldout}
+    assert shapes == {"chain", "pair"}
     for r in a.heldout:
-        if r.meta["shape"] == "chain":
-            assert next(chain_solutions(r.meta["numbers"], r.meta["target"]), None) is not None
+        has_chain = next(chain_solutions(r.meta["numbers"], r.meta["target"]), None) is not None
+        assert has_chain == (r.meta["shape"] == "chain"), r.question
+    # pair_only=False draws pair-shaped targets of any kind (the lab model's SFT data was drawn so)
+    loose = CountdownTask(eval_size=50, train_size=200, pair_only=False)
+    assert [r.question for r in loose.heldout] != [r.question for r in a.heldout]
 
 
 def test_registered_and_bad_config_names_the_key():

@@ -83,6 +83,16 @@ def mean_reward(run_dir: Path) -> float:
     return float(result.get("mean_reward", result["accuracy"]))
 
 
+def solve_rate(run_dir: Path) -> float:
+    """A search evaluation's pass@1 of the searched answer (`rlvr eval ... search.name=...`)."""
+    return float(_eval(run_dir)["solve_rate"])
+
+
+def tokens_per_problem(run_dir: Path) -> float:
+    """Tokens a search evaluation spent per problem."""
+    return float(_eval(run_dir)["tokens_per_problem"])
+
+
 METRICS: dict[str, Callable[[Path], float]] = {
     "entropy_final": entropy_final,
     "entropy_drop": entropy_drop,
@@ -92,6 +102,8 @@ METRICS: dict[str, Callable[[Path], float]] = {
     "train_accuracy_final": train_accuracy_final,
     "unsolved_frac": unsolved_frac,
     "mean_reward": mean_reward,
+    "solve_rate": solve_rate,
+    "tokens_per_problem": tokens_per_problem,
 }
 _AT_K = re.compile(r"(pass|maj)@(\d+)$")
 

@@ -222,6 +222,9 @@ class CountdownTask(Task):
         max_target: Annotated[int, Field(ge=2, le=10_000)] = 100,
         pair_frac: Annotated[float, Field(ge=0.0, le=1.0, description=(
             "share of 4+-number targets built as (a op b) op (c op d) rather than a left-to-right chain"))] = 0.3,
+        pair_only: Annotated[bool, Field(description=(
+            "a pair-shaped problem is kept only when no left-to-right chain reaches its target, so a policy "
+            "that writes only chains never solves it (false: any pair-shaped target)"))] = True,
         train_size: Annotated[int, Field(ge=1)] = 100_000,
         eval_size: Annotated[int, Field(ge=1)] = 200,
         seed: Annotated[int, Field(ge=0)] = 0,
@@ -235,20 +238,27 @@ class CountdownTask(Task):
         if not sizes or any(not 2 <= s <= 6 for s in sizes):
             raise TaskError(f"task.sizes: each size must be 2..6 numbers; got {list(sizes)}")
         self.sizes, self.max_number, self.max_target = sizes, max_number, max_target
-        self.pair_frac, self.seed = pair_frac, seed
+        self.pair_frac, self.pair_only, self.seed = pair_frac, pair_only, seed
         self._heldout = distinct_records(lambda i: self._problem(f"heldout-{i}"), eval_size)
         exclude = {r.question for r in self._heldout}
         self._train = LazySplit(train_size, lambda i, attempt: self._problem(f"train-{i}-{attempt}"), exclude)
 
     def _problem(self, key: str) -> TaskRecord:
         rng = random.Random(f"countdown-{self.seed}-{key}")
+        size = shape = None
         while True:
-            size = rng.choice(self.sizes)
-            numbers = [rng.randint(1, self.max_number) for _ in range(size)]
-            shape = "pair" if size >= 4 and rng.random() < self.pair_frac else "chain"
+            if size is None or not self.pair_only:  # pair_only keeps the problem's size and shape while redrawing
+                size = rng.choice(self.sizes)
+                numbers = [rng.randint(1, self.max_number) for _ in range(size)]
+                shape = "pair" if size >= 4 and rng.random() < self.pair_frac else "chain"
+            else:
+                numbers = [rng.randint(1, self.max_number) for _ in range(size)]
             target = self._random_target(rng, numbers, shape)
-            if target is not None and 1 <= target <= self.max_target and target not in numbers:
-                break
+            if target is None or not 1 <= target <= self.max_target or target in numbers:
+                continue
+            if shape == "pair" and self.pair_only and next(chain_solutions(numbers, target), None) is not None:
+                continue
+            break
         question = " ".join(map(str, numbers)) + f" -> {target}"
         return TaskRecord(id=f"countdown-{key}", question=question, answer=str(target), difficulty=size,
                           source="countdown", meta={"numbers": numbers, "target": target, "shape": shape})
