@@ -23,7 +23,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rlvr.config import Config, load_config as _load_config
+from rlvr.config import Config
+from rlvr.config import load_config as _load_config
 from rlvr.errors import ConfigError
 
 Recipe = str | Path | Mapping[str, Any] | None
