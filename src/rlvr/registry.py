@@ -100,9 +100,10 @@ class Registry(Generic[T]):
 
 def _same_definition(a: Any, b: Any) -> bool:
     """Two objects defined by the same source lines of the same file (a module imported twice)."""
+    line = lambda obj: getattr(getattr(obj, "__code__", None), "co_firstlineno", None)  # noqa: E731
     try:
         return (inspect.getsourcefile(a) == inspect.getsourcefile(b) is not None
-                and getattr(a, "__qualname__", None) == getattr(b, "__qualname__", None))
+                and getattr(a, "__qualname__", None) == getattr(b, "__qualname__", None) and line(a) == line(b))
     except TypeError:
         return False
 
