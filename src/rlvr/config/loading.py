@@ -49,16 +49,18 @@ def info(line: str) -> None:
     print(f"info: {line}", file=sys.stderr)
 
 
-def with_plugins(data: dict[str, Any], plugins: list[str] | None, source: str | None = None) -> dict[str, Any]:
+def with_plugins(data: dict[str, Any], plugins: list[str] | None, source: str | None = None,
+                 record: bool = True) -> dict[str, Any]:
     """Import the recipe's `plugins:` and the extra `plugins` (the command line's `--plugin`), recording the
-    extra ones in `data['plugins']` so the saved config.yaml imports them again on resume."""
+    extra ones in `data['plugins']` (if `record`: the schema has the key) so the saved config.yaml imports them
+    again on resume."""
     listed = data.get("plugins") or []
     if not isinstance(listed, list):
         raise ConfigError(f"plugins: expected a list of Python files or module names; got {listed!r}", source)
     merged = [*listed, *[p for p in plugins or [] if p not in listed]]
     load_plugins(listed, "plugins")
     load_plugins(merged[len(listed):], "--plugin")
-    if merged:
+    if merged and record:
         data["plugins"] = merged
     return data
 
@@ -73,7 +75,7 @@ def load_config(path: str | Path | dict[str, Any] | None, overrides: list[str] |
         data, path = copy.deepcopy(path), None
     else:
         data = read_yaml(path) if path is not None else {}
-    data = with_plugins(data, plugins, str(path) if path else None)
+    data = with_plugins(data, plugins, str(path) if path else None, record="plugins" in schema.model_fields)
     if "stages" in data:
         listed = data["stages"] if isinstance(data["stages"], list) else []
         names = [s.get("name") for s in listed if isinstance(s, dict)]
