@@ -164,6 +164,7 @@ def test_every_kind_of_failure_scores_zero_with_its_reason_and_is_counted(user_f
     assert fn.last_metrics["reward/python/failed"] == 4.0  # error, wrong type, timeout, crash
     assert {k: fn.last_metrics[f"reward/python/failed_{k}"] for k in ("error", "wrong_type", "timeout", "crash")} \
         == {"error": 1, "wrong_type": 1, "timeout": 1, "crash": 1}
+    assert fn.last_metrics["reward/python/worker_restarts"] == 2  # the hung one and the dead one
     assert fn.failures == {"python: ZeroDivisionError": 1, "python: non-finite": 1, "python: wrong type": 1,
                            "python: timeout": 1, "python: crashed": 1}
     # the pool replaced its workers: the next step works
@@ -171,6 +172,7 @@ def test_every_kind_of_failure_scores_zero_with_its_reason_and_is_counted(user_f
     fn(groups, None)
     assert [x.reward for x in groups[0].samples] == [1.0, 1.0]
     assert fn.last_metrics["reward/python/failed"] == 0.0
+    assert fn.last_metrics["reward/python/calls_per_s"] > 0 and fn.last_metrics["reward/python/worker_restarts"] == 0
     reward.close()
 
 

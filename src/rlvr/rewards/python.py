@@ -223,8 +223,9 @@ class PythonReward:
         return self.score_batch([group], task)[0]
 
     def metrics(self) -> dict[str, float]:
-        """This step's means of every returned component (over the samples that returned it), and counts of the
-        calls that failed, by kind (error, timeout, crash, wrong_type)."""
+        """This step's means of every returned component (over the samples that returned it), counts of the
+        calls that failed, by kind (error, timeout, crash, wrong_type), the pool's calls per second and how many
+        of its workers were replaced."""
         results, self._step = self._step, []
         out: dict[str, float] = {}
         sums: Counter[str] = Counter()
@@ -242,6 +243,10 @@ class PythonReward:
         if results:
             out["failed"] = float(sum(kinds.values()))
             out.update({f"failed_{kind}": float(n) for kind, n in kinds.items()})
+        if self._pool is not None:
+            stats = self._pool.stats()
+            self._pool.reset_stats()
+            out.update({"calls_per_s": stats.get("calls_per_s", 0.0), "worker_restarts": stats.get("restarts", 0)})
         return out
 
     def close(self) -> None:
