@@ -14,6 +14,6 @@ def shorter_is_better(response, record):  # the task's answer, plus a small bonu
 
 
 if __name__ == "__main__":
-    run_dir = rlvr.train("recipes/grpo.yaml", ["train.steps=20", "eval.before=false", *sys.argv[1:]],
-                         rewards=[shorter_is_better])
+    run_dir = rlvr.train("recipes/grpo.yaml", ["train.steps=20", "eval.before=false", "eval.after=false",
+                                               *sys.argv[1:]], rewards=[shorter_is_better])
     print(run_dir, rlvr.evaluate(run_dir / "final", task="addition", n=4, k=[1, 4], size=50)["pass@k"])
