@@ -324,3 +324,10 @@ def test_api_reward_functions_run_in_the_verifier_pool(user_file):
     reward(groups, None)
     assert [s.reward for s in groups[0].samples] == [1.0, 0.0] and calls == []
     reward.close()
+
+
+def test_python_api_doc_shows_the_example_script_whole():
+    script = (ROOT / "examples" / "train_script.py").read_text()
+    code = script[script.index("import sys"):]
+    doc = (ROOT / "docs" / "python-api.md").read_text()
+    assert f"```python\n{code}```" in doc
