@@ -1,6 +1,6 @@
 """The user's own code: the `python` reward (return shapes, async, batched, every failure scored 0 with its
 reason and counted), plugins (files, modules, entry points, errors that name the key) and the Python API's
-config path. Trainings that use them are in tests/e2e/test_user_code.py."""
+config path. Trainings that use them are in tests/e2e/test_user_code_train.py."""
 
 from __future__ import annotations
 
