@@ -11,7 +11,7 @@ Three ways in, all imported by `load_plugins` (which `rlvr.config.load_config` c
 
 A file is imported as a module named after its stem (`my_plugins.py` -> `my_plugins`), so pickled objects
 that refer to it resolve in processes that import the same plugins. Forked verifier processes inherit what
-the trainer imported; Ray workers import the same list at start-up (`RLVR_PLUGINS`, `load_from_env`).
+the trainer imported; Ray workers import the run's `plugins` at start-up (`RLVR_PLUGINS`, `load_from_env`).
 
     load_plugins(["examples/plugin/my_plugin.py"])      # registers its names
     fn = import_object("my_rewards.py:score", "rewards[0].function")
@@ -59,7 +59,8 @@ def load_plugins(specs: Iterable[str] = (), where: str = "plugins", entry_points
 
 
 def loaded() -> list[str]:
-    """The resolved specs of every plugin imported in this process so far (files as absolute paths)."""
+    """The resolved specs of every file or module imported here so far (plugins and reward functions' files;
+    files as absolute paths)."""
     return list(_loaded)
 
 
@@ -103,9 +104,19 @@ def load_from_env() -> None:
     load_plugins(specs, where=ENV_VAR)
 
 
-def worker_env() -> dict[str, str]:
-    """Environment variables that make a worker process import this process's plugins (`load_from_env`)."""
-    return {ENV_VAR: os.pathsep.join(_loaded)} if _loaded else {}
+def worker_env(specs: Iterable[str]) -> dict[str, str]:
+    """Environment variables that make a worker process import the plugins `specs` (a run's `plugins`, files
+    resolved to absolute paths here, since a worker's working directory may differ) with `load_from_env`."""
+    resolved = [str(Path(s).expanduser().resolve()) if is_file_spec(s) else s for s in specs]
+    if not resolved and not _has_entry_points():
+        return {}  # nothing to import: the workers need no start-up hook
+    return {ENV_VAR: os.pathsep.join(resolved)}  # an empty list still loads the entry points
+
+
+def _has_entry_points() -> bool:
+    from importlib.metadata import entry_points
+
+    return bool(list(entry_points(group=ENTRY_POINT_GROUP)))
 
 
 def import_object(spec: str, where: str) -> Any:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import math
+import os
 import subprocess
 import sys
 import textwrap
@@ -331,3 +332,14 @@ def test_python_api_doc_shows_the_example_script_whole():
     code = script[script.index("import sys"):]
     doc = (ROOT / "docs" / "python-api.md").read_text()
     assert f"```python\n{code}```" in doc
+
+
+def test_worker_env_names_the_runs_plugins_with_absolute_paths(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda *, group: [])
+    assert plugins.worker_env([]) == {}
+    env = plugins.worker_env(["sub/p.py", "mypkg.rl"])
+    assert env == {"RLVR_PLUGINS": f"{tmp_path / 'sub' / 'p.py'}{os.pathsep}mypkg.rl"}
+    ep = importlib.metadata.EntryPoint(name="x", value="x", group=plugins.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda *, group: [ep])
+    assert plugins.worker_env([]) == {"RLVR_PLUGINS": ""}  # the hook still runs: it loads the entry points

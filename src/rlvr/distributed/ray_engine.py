@@ -71,7 +71,7 @@ def connect_ray(cfg: Any) -> Any:
         from rlvr.plugins import worker_env
 
         # every worker imports this run's plugins at start-up, before it unpickles a config or a task
-        env = worker_env()
+        env = worker_env(getattr(cfg, "plugins", None) or [])
         runtime_env = {"env_vars": env, "worker_process_setup_hook": "rlvr.plugins.load_from_env"} if env else None
         if dist.address:
             ray.init(address=dist.address, include_dashboard=False, log_to_driver=False, runtime_env=runtime_env)
