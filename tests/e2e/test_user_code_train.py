@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import rlvr
+from rlvr import plugins
 from rlvr.config import load_config
 from rlvr.tracking import read_metrics
 from rlvr.trainer.loop import train
@@ -22,6 +23,23 @@ ROOT = Path(__file__).resolve().parents[2]
 TINY = ["train.steps=2", "train.prompts_per_step=2", "rollout.n=4", "rollout.max_new_tokens=64",
         "checkpoint.every=0", "eval.before=false", "eval.after=false", "logging.progress=false",
         "logging.rollouts_every=1"]
+
+
+@pytest.fixture(autouse=True)
+def _registries_restored():
+    """What a test's plugins register is gone after it (other tests in this process see the built-ins only)."""
+    from rlvr.registry import ALL_REGISTRIES
+
+    saved = [(reg, dict(reg._entries), dict(reg.origins)) for reg in ALL_REGISTRIES]
+    loaded = dict(plugins._loaded)
+    yield
+    for reg, entries, origins in saved:
+        reg._entries, reg.origins = entries, origins
+    for key, module in list(plugins._loaded.items()):
+        if key not in loaded:
+            del plugins._loaded[key]
+            if Path(key).is_absolute() and sys.modules.get(module.__name__) is module:  # a plugin file
+                del sys.modules[module.__name__]
 
 
 @pytest.fixture(autouse=True)

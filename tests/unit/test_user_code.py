@@ -64,6 +64,23 @@ NOT_A_FUNCTION = 3
 '''
 
 
+@pytest.fixture(autouse=True)
+def _registries_restored():
+    """What a test's plugins register is gone after it (other tests in this process see the built-ins only)."""
+    from rlvr.registry import ALL_REGISTRIES
+
+    saved = [(reg, dict(reg._entries), dict(reg.origins)) for reg in ALL_REGISTRIES]
+    loaded = dict(plugins._loaded)
+    yield
+    for reg, entries, origins in saved:
+        reg._entries, reg.origins = entries, origins
+    for key, module in list(plugins._loaded.items()):
+        if key not in loaded:
+            del plugins._loaded[key]
+            if Path(key).is_absolute() and sys.modules.get(module.__name__) is module:  # a plugin file
+                del sys.modules[module.__name__]
+
+
 @pytest.fixture
 def user_file(tmp_path, monkeypatch):
     path = tmp_path / "user_rewards.py"
