@@ -360,3 +360,16 @@ def test_worker_env_names_the_runs_plugins_with_absolute_paths(tmp_path, monkeyp
     ep = importlib.metadata.EntryPoint(name="x", value="x", group=plugins.ENTRY_POINT_GROUP)
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda *, group: [ep])
     assert plugins.worker_env([]) == {"RLVR_PLUGINS": ""}  # the hook still runs: it loads the entry points
+
+
+def test_a_multi_stage_recipe_imports_its_plugins_before_any_stage_is_validated(tmp_path, monkeypatch):
+    from rlvr.config.stages import load_stages
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "stage_plugin.py").write_text(PLUGIN.format(name="centred_stage"))
+    (tmp_path / "staged.yaml").write_text(
+        "plugins: [stage_plugin.py]\nstages:\n  - {name: one, algorithm.advantage.name: centred_stage}\n"
+        "  - {name: two}\n")
+    staged = load_stages(tmp_path / "staged.yaml")
+    assert [s.cfg.algorithm.advantage.name for s in staged.stages] == ["centred_stage", "grpo"]
+    assert all(s.cfg.plugins == ["stage_plugin.py"] for s in staged.stages)  # each stage's config.yaml has them
