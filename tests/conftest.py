@@ -39,6 +39,7 @@ SERIAL_GROUP = "ray_vllm"
 SERIAL_FILES = frozenset({
     "tests/e2e/test_distributed.py",
     "tests/e2e/test_ray_learner.py",
+    "tests/e2e/test_ray_plugins.py",
     "tests/e2e/test_ray_reward_model.py",
     "tests/e2e/test_vl_ray.py",
     "tests/e2e/test_vllm.py",

@@ -81,6 +81,9 @@ def _root(
 
 
 ARGS_HELP = "A recipe YAML file, then any number of key.sub=value overrides (e.g. train.steps=50 optim.lr=3e-4)."
+PluginOption = Annotated[Optional[list[str]], typer.Option(
+    "--plugin", help="A Python file or module to import before the config is read, so the tasks, rewards, "
+    "advantages and losses it registers can be named (repeatable; docs/extending.md).", show_default=False)]
 
 
 @app.command()
@@ -91,6 +94,7 @@ def train(
         "config is used; overrides given here are applied on top.")] = None,
     stop_after: Annotated[Optional[int], typer.Option(
         "--stop-after", help="Stop (with a checkpoint) once this many steps are done; resume later.")] = None,
+    plugin: PluginOption = None,
 ) -> None:
     """Train a policy with RL (GRPO by default) as a recipe describes.
 
@@ -118,14 +122,14 @@ def train(
                 raise ConfigError(f"--resume: {resume} is a multi-stage run; continue it by rerunning the command "
                                   f"that started it (rlvr train RECIPE run.dir={resume} ...), or resume one stage "
                                   f"as a run: --resume {resume}/stages/<i>-<name>")
-            cfg = load_config(resume / "config.yaml", [*overrides, f"run.dir={resume}"])
+            cfg = load_config(resume / "config.yaml", [*overrides, f"run.dir={resume}"], plugins=plugin)
         else:
             if recipe is None:
                 raise typer.BadParameter("give a recipe file (e.g. recipes/grpo.yaml) or --resume RUN_DIR")
             if has_stages(read_yaml(recipe)):
-                staged = load_stages(recipe, overrides)  # every stage validated before the first one runs
+                staged = load_stages(recipe, overrides, plugins=plugin)  # every stage validated before any runs
             else:
-                cfg = load_config(recipe, overrides)
+                cfg = load_config(recipe, overrides, plugins=plugin)
         from rlvr.trainer.loop import TrainingInterrupted
         from rlvr.trainer.loop import train as run_train
 
@@ -259,6 +263,7 @@ def eval_cmd(
                                                           "(default: SFT on the whole traversal) or final (the "
                                                           "dead ends go into the prompt: loss only on the last "
                                                           "backtrack and the answer).")] = None,
+    plugin: PluginOption = None,
 ) -> None:
     """Evaluate a model on a task's held-out split: unbiased pass@k, accuracy, mean length.
 
@@ -274,7 +279,8 @@ def eval_cmd(
     except ValueError:
         _fail(ValueError(f"--k: expected comma-separated integers like 1,4,16; got '{k}'"))
     try:
-        cfg = load_config(config, [*_eval_overrides(n, ks, model_dir, task, temperature, size), *(overrides or [])])
+        cfg = load_config(config, [*_eval_overrides(n, ks, model_dir, task, temperature, size), *(overrides or [])],
+                          plugins=plugin)
         run_eval(cfg, model_dir, out, split=split, sft_out=sft_out, sft_mode=sft_mode, backtrack=backtrack,
                  max_dead_ends=max_dead_ends, traversal_loss=traversal_loss)
     except _user_errors() as err:
@@ -467,9 +473,10 @@ def config_show(
     sft: Annotated[bool, typer.Option("--sft", help="Read it as an SFT config.")] = False,
     rm: Annotated[bool, typer.Option("--rm", help="Read it as a reward-model (rlvr rm) config.")] = False,
     prm: Annotated[bool, typer.Option("--prm", help="Read it as a process-reward-model (rlvr prm) config.")] = False,
+    plugin: PluginOption = None,
 ) -> None:
     """Print the fully resolved config (every default filled in) as YAML; a multi-stage recipe: one document per
-    stage."""
+    stage. The names that plugins registered are listed first, as YAML comments."""
     from rlvr.config import Config, PRMConfig, RMConfig, SFTConfig, dump_config, load_config, read_yaml
     from rlvr.config.stages import has_stages, load_stages
 
@@ -477,15 +484,25 @@ def config_show(
         recipe, overrides = _split_args(args)
         schema = SFTConfig if sft else RMConfig if rm else PRMConfig if prm else Config
         if schema is Config and recipe is not None and has_stages(read_yaml(recipe)):
-            staged = load_stages(recipe, overrides)
+            staged = load_stages(recipe, overrides, plugins=plugin)
+            _echo_plugin_names()
             for stage in staged.stages:  # one YAML document per stage
                 typer.echo(f"--- # {stage.label}: {stage.cfg.run.dir}")
                 typer.echo(dump_config(stage.cfg), nl=False)
             return
-        cfg = load_config(recipe, overrides, schema=schema)
+        cfg = load_config(recipe, overrides, schema=schema, plugins=plugin)
+        _echo_plugin_names()
         typer.echo(dump_config(cfg), nl=False)
     except _user_errors() as err:
         _fail(err)
+
+
+def _echo_plugin_names() -> None:
+    """`# plugin my_plugin.py: advantage mean_baseline, task parity` per plugin (comments: the YAML stays valid)."""
+    from rlvr.plugins import provided_names
+
+    for plugin, names in provided_names().items():
+        typer.echo(f"# plugin {plugin}: {', '.join(f'{kind} {name}' for kind, name in names)}")
 
 
 def main() -> None:

@@ -28,18 +28,31 @@ def did_you_mean(word: str, choices: typing.Iterable[str]) -> str:
     return f" Did you mean '{close[0]}'?" if close else ""
 
 
+# Every registry made, in creation order (`rlvr config show` lists the names plugins added to each), and the
+# plugin whose import is running now (`rlvr.plugins` sets it), so a registration knows where it came from.
+ALL_REGISTRIES: list[Registry[Any]] = []
+_loading_plugin: list[str] = []
+
+
 class Registry(Generic[T]):
     """Maps names to callables of one kind, and binds config parameters to them."""
 
     def __init__(self, kind: str):
         self.kind = kind
         self._entries: dict[str, T] = {}
+        self.origins: dict[str, str] = {}  # name -> the plugin that registered it (built-ins are absent)
+        ALL_REGISTRIES.append(self)
 
     def register(self, name: str) -> Callable[[T], T]:
         def decorator(obj: T) -> T:
             if name in self._entries and self._entries[name] is not obj:
+                if _same_definition(self._entries[name], obj):
+                    return obj  # the same plugin file imported again under another module name: keep the first
                 raise RegistryError(f"{self.kind} '{name}' is already registered")
             self._entries[name] = obj
+            module = getattr(obj, "__module__", None) or ""
+            if _loading_plugin and module != "rlvr" and not module.startswith("rlvr."):  # not a built-in that
+                self.origins[name] = _loading_plugin[-1]  # the plugin's import happened to load first
             return obj
 
         return decorator
@@ -83,6 +96,16 @@ class Registry(Generic[T]):
     def build(self, name: str, params: Mapping[str, Any] | None = None, where: str = "", **runtime: Any):
         """Call the entry with validated config parameters plus runtime-only arguments."""
         return self.bind(name, params, where)(**runtime)
+
+
+def _same_definition(a: Any, b: Any) -> bool:
+    """Two objects defined by the same source lines of the same file (a module imported twice)."""
+    line = lambda obj: getattr(getattr(obj, "__code__", None), "co_firstlineno", None)  # noqa: E731
+    try:
+        return (inspect.getsourcefile(a) == inspect.getsourcefile(b) is not None
+                and getattr(a, "__qualname__", None) == getattr(b, "__qualname__", None) and line(a) == line(b))
+    except TypeError:
+        return False
 
 
 def _config_parameters(fn: Callable[..., Any]) -> list[inspect.Parameter]:

@@ -143,12 +143,13 @@ def _builtin(overrides: list[str]) -> list[str]:
     return [*out, "model.path=builtin"]
 
 
-def _load(recipe: str | Path | None, overrides: list[str], schema: type = Config) -> None:
+def _load(recipe: str | Path | None, overrides: list[str], schema: type = Config,
+          plugins: list[str] | None = None) -> None:
     """load_config, or for a multi-stage recipe every stage (`rlvr train` and `rlvr config show` read it so)."""
     if schema is Config and recipe is not None and has_stages(read_yaml(recipe)):
-        load_stages(recipe, overrides)
+        load_stages(recipe, overrides, plugins=plugins)
     else:
-        load_config(recipe, overrides, schema=schema)
+        load_config(recipe, overrides, schema=schema, plugins=plugins)
 
 
 def check(argv: list[str], tmp_path: Path) -> None:
@@ -165,11 +166,11 @@ def check(argv: list[str], tmp_path: Path) -> None:
         if p["resume"] is not None:
             assert recipe is None, "--resume takes no recipe"
             return  # the run dir does not exist here; the overrides were parsed
-        _load(recipe, _builtin(overrides))
+        _load(recipe, _builtin(overrides), plugins=p["plugin"])
     elif name == "show":
         recipe, overrides = _split_args(p["args"])
         _load(recipe, _builtin(overrides), schema=SFTConfig if p["sft"] else RMConfig if p["rm"]
-              else PRMConfig if p["prm"] else Config)
+              else PRMConfig if p["prm"] else Config, plugins=p["plugin"])
     elif name in ("sft", "rm", "prm"):
         recipe, overrides = _split_args(p["args"])
         load_config(recipe, _builtin(overrides), schema={"sft": SFTConfig, "rm": RMConfig, "prm": PRMConfig}[name])
@@ -180,7 +181,7 @@ def check(argv: list[str], tmp_path: Path) -> None:
         config = p["config"]
         if config is not None and not Path(config).exists() and "placeholder" not in str(config):
             raise AssertionError(f"--config {config}: no such recipe")
-        load_config(config, _builtin([*extra, *(p["overrides"] or [])]))
+        load_config(config, _builtin([*extra, *(p["overrides"] or [])]), plugins=p.get("plugin"))
     elif name == "sweep":
         files = [r for r in p["recipes"] if "=" not in r or Path(r).exists()]
         overrides = [r for r in p["recipes"] if r not in files]

@@ -3,6 +3,7 @@ and `dump_config` for writing the resolved config back."""
 
 from __future__ import annotations
 
+import copy
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from rlvr.config.base import Strict
 from rlvr.config.overrides import apply_overrides
 from rlvr.config.schema import Config
 from rlvr.errors import ConfigError
+from rlvr.plugins import load_plugins
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
@@ -47,12 +49,33 @@ def info(line: str) -> None:
     print(f"info: {line}", file=sys.stderr)
 
 
-def load_config(path: str | Path | None, overrides: list[str] | None = None, schema: type[Strict] = Config,
-                notes: list[str] | None = None):
-    """Read a recipe, apply `key.sub=value` overrides and validate. Raises ConfigError.
+def with_plugins(data: dict[str, Any], plugins: list[str] | None, source: str | None = None,
+                 record: bool = True) -> dict[str, Any]:
+    """Import the recipe's `plugins:` and the extra `plugins` (the command line's `--plugin`), recording the
+    extra ones in `data['plugins']` (if `record`: the schema has the key) so the saved config.yaml imports them
+    again on resume."""
+    listed = data.get("plugins") or []
+    if not isinstance(listed, list):
+        raise ConfigError(f"plugins: expected a list of Python files or module names; got {listed!r}", source)
+    merged = [*listed, *[p for p in plugins or [] if p not in listed]]
+    load_plugins(listed, "plugins")
+    load_plugins(merged[len(listed):], "--plugin")
+    if merged and record:
+        data["plugins"] = merged
+    return data
+
+
+def load_config(path: str | Path | dict[str, Any] | None, overrides: list[str] | None = None,
+                schema: type[Strict] = Config, notes: list[str] | None = None, plugins: list[str] | None = None):
+    """Read a recipe (a YAML path, or its contents as a dict), import its plugins (and `plugins`, e.g. from
+    `--plugin`), apply `key.sub=value` overrides and validate. Raises ConfigError.
 
     Info lines (parameters dropped by a component switch) go to `notes` if given, else to stderr."""
-    data = read_yaml(path) if path is not None else {}
+    if isinstance(path, dict):
+        data, path = copy.deepcopy(path), None
+    else:
+        data = read_yaml(path) if path is not None else {}
+    data = with_plugins(data, plugins, str(path) if path else None, record="plugins" in schema.model_fields)
     if "stages" in data:
         listed = data["stages"] if isinstance(data["stages"], list) else []
         names = [s.get("name") for s in listed if isinstance(s, dict)]
@@ -62,6 +85,8 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None, sch
                           str(path))
     found: list[str] = []
     data = apply_overrides(data, list(overrides or []), schema, found)
+    if isinstance(data.get("plugins"), list):  # an override may add plugins (plugins=[x.py])
+        load_plugins(data["plugins"], "plugins")
     if notes is not None:
         notes.extend(found)
     else:

@@ -51,6 +51,9 @@ class Config(Strict):
                                         "beam_prm or policy_guided with a budget; at evaluation also sampling.")
     coevolve: CoEvolveConfig | None = Field(None, description="A reward model that learns beside the policy "
                                             "(docs/reward-models.md, Co-evolution); absent: none.")
+    plugins: list[str] = Field(default_factory=list, description="Python files or modules imported before the "
+                               "config is validated, so the names they register can be used here "
+                               "(docs/extending.md).")
 
     @model_validator(mode="after")
     def _bind_components(self, validation: pydantic.ValidationInfo) -> Config:

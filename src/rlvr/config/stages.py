@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlvr.config.loading import info, read_yaml, validate
+from rlvr.config.loading import info, read_yaml, validate, with_plugins
 from rlvr.config.overrides import Assignment, apply_overrides, parse_override
 from rlvr.config.schema import Config
 from rlvr.errors import ConfigError
@@ -155,12 +155,12 @@ def _stage_problems(err: ConfigError, stage: int, name: str, keys: list[str]) ->
 
 
 def load_stages(path: str | Path, overrides: list[str] | None = None,
-                notes: list[str] | None = None) -> StagedRun:
+                notes: list[str] | None = None, plugins: list[str] | None = None) -> StagedRun:
     """Read a multi-stage recipe and validate every stage (both passes) before anything runs. Raises ConfigError
     naming `stages[i].<key>` for a problem in a stage's own keys. Info lines (parameters dropped by a component
     switch) go to `notes` if given, else to stderr."""
     source = str(path)
-    data = read_yaml(path)
+    data = with_plugins(read_yaml(path), plugins, source)  # imported before any stage is validated
     if not has_stages(data):
         raise ConfigError(f"{source} has no stages: list; run it as a single recipe", source)
     specs = _stage_specs(data.pop("stages"), source)

@@ -68,10 +68,15 @@ def connect_ray(cfg: Any) -> Any:
     ray = _require_ray()
     dist = cfg.distributed
     if not ray.is_initialized():
+        from rlvr.plugins import worker_env
+
+        # every worker imports this run's plugins at start-up, before it unpickles a config or a task
+        env = worker_env(getattr(cfg, "plugins", None) or [])
+        runtime_env = {"env_vars": env, "worker_process_setup_hook": "rlvr.plugins.load_from_env"} if env else None
         if dist.address:
-            ray.init(address=dist.address, include_dashboard=False, log_to_driver=False)
+            ray.init(address=dist.address, include_dashboard=False, log_to_driver=False, runtime_env=runtime_env)
         else:
-            ray.init(num_cpus=dist.num_cpus, include_dashboard=False, log_to_driver=False)
+            ray.init(num_cpus=dist.num_cpus, include_dashboard=False, log_to_driver=False, runtime_env=runtime_env)
     return ray
 
 
