@@ -28,12 +28,13 @@ except ImportError:  # pragma: no cover
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
-SUBCOMMANDS = {"train", "sft", "rm", "prm", "eval", "config", "sweep", "report", "compare"}
+SUBCOMMANDS = {"train", "sft", "rm", "prm", "eval", "config", "sweep", "report", "compare", "lab"}
 # how the docs spell a placeholder -> a stand-in that parses (recipes and models resolve to shipped ones)
 PLACEHOLDERS = {"RECIPE...": "recipes/grpo.yaml", "RECIPE": "recipes/grpo.yaml", "recipes/NAME.yaml": "recipes/grpo.yaml",
                 "MODEL_DIR": "builtin", "BASE": "builtin", "TRAINED": "builtin", "RUN_DIR": "runs/placeholder",
                 "DIR": "runs/placeholder", "TASK": "addition", "T": "addition", "N": "2", "S": "2", "K": "2",
-                "runs/<run>": "runs/placeholder", "runs/<run>/final": "builtin"}
+                "runs/<run>": "runs/placeholder", "runs/<run>/final": "builtin", "FINDING": "dr_grpo_length",
+                "MINE.yaml": "recipes/dr_grpo.yaml"}
 
 
 @dataclass
@@ -189,6 +190,21 @@ def check(argv: list[str], tmp_path: Path) -> None:
             overrides = [f"task={p['task']}", *overrides]
         for recipe in files:
             load_config(recipe, _builtin([*overrides, f"train.steps={p['steps']}"]))
+    elif name == "lab":  # a finding (or a comparison) is planned: every arm's config validates, nothing runs
+        from rlvr.lab.finding import comparison_finding, load_finding
+        from rlvr.lab.run import plan_finding
+
+        words = list(p["args"] or [])
+        if p["list_"] or not words:
+            return
+        if words[0] == "compare":
+            mine = words[1] if Path(words[1]).exists() else "recipes/grpo.yaml"  # a user's file: a stand-in
+            finding = comparison_finding(mine, words[2], seeds=p["seeds"] or 5, first_seed=p["first_seed"] or 0,
+                                         steps=p["steps"] or 60, rollout_tokens=p["rollout_tokens"],
+                                         overrides=words[3:])
+        else:
+            finding = load_finding(words[0], words[1:])
+        plan_finding(finding, tmp_path / "lab")
     elif name == "report":
         pass  # parsed; it reads a run directory
 
