@@ -101,7 +101,7 @@ class RolloutWorker:
     def __init__(self, model_files: dict[str, bytes], tokenizer_files: dict[str, bytes] | None, engine: str,
                  batch_size: int, dtype: str, device: str, trust_remote_code: bool, threads: int | None = None,
                  engine_options: dict[str, Any] | None = None):
-        from rlvr.distributed.shipping import local_model_dir
+        from rlvr.distributed.shipping import local_model_dir, write_model_dir
         from rlvr.models import load_tokenizer, resolve_device, resolve_dtype
         from rlvr.models.vision import load_lm_or_vlm
         from rlvr.rollout import build_engine
@@ -109,15 +109,18 @@ class RolloutWorker:
         if threads:
             torch.set_num_threads(threads)
         dev = resolve_device(device)
-        with local_model_dir(model_files) as model_path:
-            self.model = load_lm_or_vlm(model_path, dtype=resolve_dtype(dtype, dev), device=dev,
-                                        trust_remote_code=trust_remote_code, trainable=False)
-            if tokenizer_files is None:
-                self.tokenizer = load_tokenizer(model_path, trust_remote_code=trust_remote_code)
-        if tokenizer_files is not None:
+        # the vllm engine loads the policy from its directory, so this worker keeps its copy until `close`
+        self.model_dir: str | None = write_model_dir(model_files)
+        self.model = load_lm_or_vlm(self.model_dir, dtype=resolve_dtype(dtype, dev), device=dev,
+                                    trust_remote_code=trust_remote_code, trainable=False)
+        if tokenizer_files is None:
+            self.tokenizer = load_tokenizer(self.model_dir, trust_remote_code=trust_remote_code)
+        else:
             with local_model_dir(tokenizer_files) as tokenizer_path:
                 self.tokenizer = load_tokenizer(tokenizer_path, trust_remote_code=trust_remote_code)
         self.engine = build_engine(engine, engine_options or {}, batch_size, self.model, self.tokenizer)
+        if engine != "vllm":
+            self.close()
         self.version = 0
         self.busy_s = 0.0
 
@@ -168,6 +171,14 @@ class RolloutWorker:
         from rlvr.distributed.shipping import where_am_i
 
         return where_am_i()
+
+    def close(self) -> None:
+        """Remove this worker's copy of the model directory (before the actor is killed)."""
+        import shutil
+
+        if self.model_dir is not None:
+            shutil.rmtree(self.model_dir, ignore_errors=True)
+            self.model_dir = None
 
     def busy(self) -> float:
         return self.busy_s
@@ -416,6 +427,8 @@ class RayEngine(RolloutEngine):
                 "distributed/weight_broadcast": float(self.broadcasting)}
 
     def shutdown(self) -> None:
+        with contextlib.suppress(Exception):  # a dead worker's node took its files with it
+            self.ray.get([w.close.remote() for w in self.workers], timeout=30)
         for w in self.workers:
             kill_actor(self.ray, w)
         self.workers = []

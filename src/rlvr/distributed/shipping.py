@@ -50,17 +50,22 @@ def put_model_dir(ray: Any, path: str | Path, key: str = "model.path") -> Any:
     return ray.put(files)
 
 
+def write_model_dir(files: dict[str, bytes]) -> str:
+    """The shipped files written to a new private temporary directory on this node; returns its path."""
+    root = Path(tempfile.mkdtemp(prefix="rlvr-model-"))
+    for rel, data in files.items():
+        target = root / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    return str(root)
+
+
 @contextlib.contextmanager
 def local_model_dir(files: dict[str, bytes]):
-    """The shipped files written to a private temporary directory on this node; removed afterwards (the model
-    is in memory by then)."""
-    root = Path(tempfile.mkdtemp(prefix="rlvr-model-"))
+    """`write_model_dir`, removed afterwards (the model is in memory by then)."""
+    root = write_model_dir(files)
     try:
-        for rel, data in files.items():
-            target = root / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-        yield str(root)
+        yield root
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
