@@ -91,14 +91,17 @@ class TwoNodeCluster:
         self.second_cwd = second_cwd
         self.port = _free_port()
         self.address = f"127.0.0.1:{self.port}"
-        self.env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0",
+        (root / "home").mkdir()
+        # HOME: a Ray token left in ~/.ray by other work on the machine must not switch this cluster's auth on
+        self.env = {**os.environ, "HOME": str(root / "home"), "RAY_USAGE_STATS_ENABLED": "0",
                     # a lost node is declared dead after ~3 s without heartbeats, not the default ~30 s
                     "RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3",
                     "RAY_health_check_initial_delay_ms": "1000"}
+        self.last_probe_error = ""
+        self.second: Node | None = None
         self.head = Node(HEAD, ["--head", "--include-dashboard=false", f"--port={self.port}", "--node-ip-address=127.0.0.1",
                                 f"--ray-client-server-port={_free_port()}"], root, root / "h", self.env)
         self.wait_nodes({HEAD})
-        self.second: Node | None = None
         self.start_second()
 
     def start_second(self) -> None:
@@ -118,6 +121,7 @@ class TwoNodeCluster:
         out = subprocess.run([sys.executable, "-c", code], env=self.env, capture_output=True, text=True,
                              timeout=START_TIMEOUT_S, cwd=self.root)
         if out.returncode != 0:
+            self.last_probe_error = out.stderr[-2000:]
             return set()
         line = [x for x in out.stdout.splitlines() if x.startswith("NODES ")]
         names = json.loads(line[-1].removeprefix("NODES ")) if line else []
@@ -126,15 +130,16 @@ class TwoNodeCluster:
     def wait_nodes(self, names: set[str]) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
-            for node in (self.head, getattr(self, "second", None)):
+            for node in (self.head, self.second):
                 if node is not None and node.proc.poll() is not None:
                     raise RuntimeError(f"ray node {node.name} exited at start-up; see {node.log}:\n"
                                        + node.log.read_text()[-3000:])
             if names <= self.alive_nodes():
                 return
             time.sleep(1.0)
-        raise RuntimeError(f"the Ray nodes {sorted(names)} were not all up within {START_TIMEOUT_S:g}s; "
-                           f"see the logs in {self.root}")
+        logs = "\n".join(f"--- {n.name}:\n{n.log.read_text()[-2000:]}" for n in (self.head, self.second) if n)
+        raise RuntimeError(f"the Ray nodes {sorted(names)} were not all up within {START_TIMEOUT_S:g}s.\n{logs}\n"
+                           f"--- the last probe:\n{self.last_probe_error}")
 
     def stop(self) -> None:
         for node in (self.second, self.head):
