@@ -4,7 +4,8 @@ object store), per MB of weights: `python bench/weight_sync_nodes.py [--model qw
 Starts the two-node cluster of the tests (tests/e2e/ray_cluster.py: two `ray start` nodes on this machine, 1 CPU
 each), connects as the controller (a driver on the head node), and times `RayEngine.sync_weights` (the state dict
 into the object store, the worker fetching and loading it; or, with `--weight-sync broadcast`, the gloo group)
-with one rollout worker pinned by `distributed.rollout_worker_resources` to the head node, then to the second.
+with one rollout worker pinned by `distributed.rollout_worker_resources` to the head node and one to the second
+(two engines, synced alternately).
 Both nodes are on one machine, so "across raylets" is a copy between two object stores over loopback, not a
 network: what it adds over the same-node path is Ray's object transfer itself.
 """
@@ -44,29 +45,34 @@ def main(argv: list[str] | None = None) -> int:
     model = load_causal_lm(str(path), dtype=torch.float32, device=torch.device("cpu"), trainable=False)
     mb = sum(t.numel() * t.element_size() for t in model.state_dict().values()) / 1e6
     out: dict[str, object] = {"model": args.model, "state_dict_mb": round(mb, 1), "weight_sync": args.weight_sync}
-    with two_node_cluster(Path(tempfile.mkdtemp(prefix="rlvr-ws-"))) as cluster:
+    with tempfile.TemporaryDirectory(prefix="rlvr-ws-") as elsewhere, two_node_cluster(Path(elsewhere)) as cluster:
         ray.init(address=cluster.address, log_to_driver=False)
         try:
+            engines = {}
             for node in (HEAD, SECOND):
                 cfg = load_config(None, [f"model.path={path}", "distributed.backend=ray",
                                          f"distributed.address={cluster.address}", "distributed.rollout_workers=1",
                                          "distributed.cpus_per_rollout_worker=0.5",
                                          f"distributed.rollout_worker_resources={{{node}: 0.1}}",
                                          f"distributed.weight_sync={args.weight_sync}"])
-                engine = RayEngine(cfg, str(path))
-                try:
+                engines[node] = RayEngine(cfg, str(path))
+            try:
+                for engine in engines.values():
                     engine.sync_weights(model, 0)  # the worker is up and has loaded once
-                    seconds = []
-                    for v in range(1, args.reps + 1):
+                seconds: dict[str, list[float]] = {HEAD: [], SECOND: []}
+                for v in range(1, args.reps + 1):  # alternated, so a change in the machine's load hits both
+                    for node, engine in engines.items():
                         with torch.no_grad():  # new values each time, as after an update
                             next(model.parameters()).add_(1e-6)
                         t0 = time.perf_counter()
                         engine.sync_weights(model, v)
-                        seconds.append(time.perf_counter() - t0)
-                finally:
+                        seconds[node].append(time.perf_counter() - t0)
+            finally:
+                for engine in engines.values():
                     engine.shutdown()
-                med = statistics.median(seconds)
-                out[node] = {"seconds": [round(s, 3) for s in seconds], "median_s": round(med, 3),
+            for node in (HEAD, SECOND):
+                med = statistics.median(seconds[node])
+                out[node] = {"seconds": [round(s, 3) for s in seconds[node]], "median_s": round(med, 3),
                              "ms_per_mb": round(1000 * med / mb, 2)}
         finally:
             ray.shutdown()

@@ -34,7 +34,7 @@ from rlvr.tracking import read_metrics  # noqa: E402
 sys.path.insert(0, str(Path(__file__).parent))
 from ray_cluster import HEAD, SECOND, two_node_cluster  # noqa: E402
 
-PLACEMENT_TIMEOUT_S = 10  # how long a lost node has to come back before the run stops (the config knob)
+PLACEMENT_TIMEOUT_S = 5  # how long a lost node has to come back before the run stops (the config knob)
 RUN_TIMEOUT_S = 600  # a 3-step run of the built-in model takes ~30 s; this bounds a hang, it is not a speed test
 TIMING = ("_s", "tokens_per_s", "samples_per_s")
 
