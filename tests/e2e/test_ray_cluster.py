@@ -160,6 +160,16 @@ def test_workers_pinned_to_the_second_node_train_with_nothing_shared_on_disk(clu
     assert all(m["distributed/rollout_worker_restarts"] == 0 for m in metrics)
 
 
+def _lose_the_node_twice(cluster, work: Path, proc: subprocess.Popen) -> None:
+    _wait_paused(proc, work, 2)  # step 1 is done; the controller is about to ask for step 2's samples
+    _lose_second_node(cluster)
+    cluster.start_second()  # the node comes back: a new raylet with the same resources
+    (work / "resume-worker-2").touch()
+    _wait_paused(proc, work, 3)  # step 2 ran on the replacement workers
+    _lose_second_node(cluster)  # and now it stays lost
+    (work / "resume-worker-3").touch()
+
+
 @pytest.mark.slow
 def test_a_lost_node_is_survived_when_it_comes_back_and_stops_the_run_when_not_then_resume_matches(
         cluster, work, straight):
@@ -168,14 +178,13 @@ def test_a_lost_node_is_survived_when_it_comes_back_and_stops_the_run_when_not_t
     distributed.placement_timeout_s, with an error naming --resume). Resumed with the node back, it ends
     exactly where the uninterrupted run does."""
     proc = _train(cluster, work, "runs/lost", faults="pause:worker:2,pause:worker:3")
-    _wait_paused(proc, work, 2)  # step 1 is done; the controller is about to ask for step 2's samples
-    _lose_second_node(cluster)
-    cluster.start_second()  # the node comes back: a new raylet with the same resources
-    (work / "resume-worker-2").touch()
-    _wait_paused(proc, work, 3)  # step 2 ran on the replacement workers
-    _lose_second_node(cluster)  # and now it stays lost
-    (work / "resume-worker-3").touch()
-    code, out = _finish(proc)  # bounded: the placement timeout, not a hang
+    try:
+        _lose_the_node_twice(cluster, work, proc)
+        code, out = _finish(proc)  # bounded: the placement timeout, not a hang
+    finally:
+        if proc.poll() is None:  # a check above failed: leave no run behind
+            proc.kill()
+            proc.communicate()
     assert code != 0
     assert (f"no replacement could be placed within {PLACEMENT_TIMEOUT_S}s (distributed.placement_timeout_s)"
             in out), out[-4000:]

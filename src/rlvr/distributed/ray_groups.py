@@ -34,6 +34,7 @@ from rlvr.distributed.ray_engine import (
     wait_for_room,
 )
 from rlvr.distributed.shipping import local_model_dir, log_placement, put_model_dir, where_am_i
+from rlvr.errors import RoleLost
 from rlvr.types import Batch
 
 log = logging.getLogger("rlvr.distributed")
@@ -143,7 +144,10 @@ class RayVerifierPool:
                 log.warning("reward worker %d died (%s); replacing it and retrying its %d responses", i, err,
                             end - start)
                 self.restarts += 1
-                self.actors[i] = self._spawn()
+                try:
+                    self.actors[i] = self._spawn()
+                except RuntimeError as placing:  # e.g. its node was lost and has not come back
+                    raise RoleLost(f"reward worker {i} died and could not be replaced: {placing}") from None
                 results = self.ray.get(self.actors[i].verify.remote(pairs[start:end]))
             out[start:end] = results
         return out
