@@ -41,6 +41,7 @@ SERIAL_FILES = frozenset({
     "tests/e2e/test_ray_learner.py",
     "tests/e2e/test_ray_plugins.py",
     "tests/e2e/test_ray_reward_model.py",
+    "tests/e2e/test_ray_cluster.py",
     "tests/e2e/test_vl_ray.py",
     "tests/e2e/test_vllm.py",
     "tests/e2e/test_vllm_vl.py",

@@ -9,6 +9,9 @@ Set `RLVR_FAULTS` to a comma-separated list of `action:point:steps`:
     RLVR_FAULTS="kill:worker:3"           kill rollout worker 0 (a Ray actor) at the 3rd generation request
     RLVR_FAULTS="kill:learner:2"          kill the last learner worker (a Ray actor) at the 2nd update
     RLVR_FAULTS="kill:reward_model:3"     kill co_evolve's reward model worker (a Ray actor) at its 3rd refresh
+    RLVR_FAULTS="pause:worker:2"          at the 2nd generation request, create $RLVR_FAULT_DIR/paused-worker-2
+                                          and wait until $RLVR_FAULT_DIR/resume-worker-2 exists (a test does
+                                          something to the cluster meanwhile, e.g. kills a node)
 
 Unset (the normal case), every check is a dictionary lookup that finds nothing.
 """
@@ -17,9 +20,12 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from functools import lru_cache
+from pathlib import Path
 
-ACTIONS = ("kill", "nan")
+ACTIONS = ("kill", "nan", "pause")
+PAUSE_LIMIT_S = 600.0  # a pause the test forgot to end ends by itself
 POINTS = ("rollout", "optimizer", "checkpoint", "loss", "worker", "learner", "reward_model")
 
 
@@ -58,3 +64,14 @@ def kill_point(point: str, step: int) -> None:
 def nan_loss(step: int) -> bool:
     """Whether step `step`'s loss should be made NaN."""
     return _armed("nan", "loss", step)
+
+
+def pause_point(point: str, step: int) -> None:
+    """If `pause:<point>:<step>` is armed: say so with a file in $RLVR_FAULT_DIR and wait for the go-ahead file."""
+    if not _armed("pause", point, step):
+        return
+    where = Path(os.environ.get("RLVR_FAULT_DIR") or ".")
+    (where / f"paused-{point}-{step}").touch()
+    deadline = time.monotonic() + PAUSE_LIMIT_S
+    while not (where / f"resume-{point}-{step}").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)

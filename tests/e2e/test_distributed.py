@@ -148,7 +148,7 @@ def test_an_actor_the_cluster_cannot_place_stops_with_the_knob_to_turn():
     from rlvr.distributed.ray_groups import RewardWorker, start_actor
 
     with pytest.raises(RuntimeError, match="Lower distributed.cpus_per_reward_worker"):
-        start_actor(ray, RewardWorker, ("addition", {}, 1, 5.0), num_cpus=64, num_gpus=0, what="reward worker",
+        start_actor(ray, RewardWorker, (None, "addition", {}, 1, 5.0), num_cpus=64, num_gpus=0, what="reward worker",
                     knob="distributed.cpus_per_reward_worker", timeout=2.0)
 
 

@@ -252,8 +252,9 @@ def test_the_reference_worker_ships_the_teachers_distributions(tiny_model_dir, t
     the temperature, or the top 5, their int32 ids and the tail's log-mass; the learner with it as its teacher
     (`RemoteReference` only forwards these calls) makes the in-process update."""
     from rlvr.distributed.ray_groups import ReferenceWorker
+    from rlvr.distributed.shipping import read_model_dir
 
-    worker = ReferenceWorker(str(teacher_dir), "float32", "cpu", False, None, 2, False)
+    worker = ReferenceWorker(read_model_dir(teacher_dir), "float32", "cpu", False, None, 2, False)
     teacher = load_causal_lm(teacher_dir, trainable=False)
     batch = _batch()
     tokens = int(batch.mask.sum())

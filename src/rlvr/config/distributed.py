@@ -20,8 +20,15 @@ class DistributedConfig(Strict):
     address: str | None = Field(None, description="None: start a local Ray runtime; 'auto': join the cluster "
                                 "started with `ray start`; or ray://host:port.")
     num_cpus: int | None = Field(None, ge=1, description="CPUs of a local Ray runtime; default: all.")
+    placement_timeout_s: float = Field(
+        120.0, gt=0, description="How long an actor may wait for the cluster to place it (at start-up, or for "
+        "a lost node to come back) before the run stops with an error naming the knob; model loading is not "
+        "bounded.")
     rollout_workers: int = Field(2, ge=1, description="Rollout engine replicas (Ray actors).")
     cpus_per_rollout_worker: float = Field(1.0, gt=0)
+    rollout_worker_resources: dict[str, float] = Field(
+        default_factory=dict, description="Custom Ray resources each rollout worker asks for, e.g. "
+        "{gpu_node: 1} pins it to the nodes started with `ray start --resources '{\"gpu_node\": 8}'`.")
     gpus_per_rollout_worker: float = Field(0.0, ge=0, description="> 0 places workers on GPUs (separate "
                                            "from the learner's unless fractions let them share).")
     weight_sync: Literal["object_store", "broadcast"] = Field(
@@ -30,14 +37,20 @@ class DistributedConfig(Strict):
     reward_workers: int = Field(0, ge=0, description="Ray actors that run the correctness verifier (each with "
                                 "its own process pool); 0: the controller's pool.")
     cpus_per_reward_worker: float = Field(1.0, gt=0)
+    reward_worker_resources: dict[str, float] = Field(default_factory=dict, description="Custom Ray "
+                                                      "resources each reward worker asks for (pins it to nodes).")
     reference_worker: bool = Field(False, description="Run the frozen reference model (KL terms) in its own Ray "
                                    "actor instead of beside the learner.")
     cpus_per_reference_worker: float = Field(1.0, gt=0)
+    reference_worker_resources: dict[str, float] = Field(default_factory=dict, description="Custom Ray "
+                                                         "resources the reference worker asks for.")
     gpus_per_reference_worker: float = Field(0.0, ge=0, description="> 0 puts the reference on a GPU of its own "
                                              "(or a fraction of one).")
     learner_workers: int = Field(0, ge=0, description="Data-parallel learner ranks as Ray actors (one process "
                                  "group; docs/scaling.md); 0: the learner runs in the controller.")
     cpus_per_learner_worker: float = Field(1.0, gt=0)
+    learner_worker_resources: dict[str, float] = Field(default_factory=dict, description="Custom Ray "
+                                                       "resources each learner rank asks for.")
     gpus_per_learner_worker: float = Field(0.0, ge=0, description="> 0 puts each learner rank on a GPU of its "
                                            "own (NCCL between ranks), or a fraction of one.")
     reward_model_worker: bool = Field(False, description="coevolve.mode=co_evolve: train and score the reward model "

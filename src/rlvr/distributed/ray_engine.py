@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from rlvr import faults
-from rlvr.errors import ConfigError
+from rlvr.errors import ConfigError, RoleLost
 from rlvr.models.lora import plain_state_dict
 from rlvr.rollout.base import RolloutEngine, SamplingParams
 from rlvr.types import Sample
@@ -63,6 +63,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_for_room(ray: Any, need: dict[str, float], timeout: float) -> dict[str, float] | None:
+    """Wait up to `timeout` s until the cluster has `need` free (CPU, GPU, custom resources): None when it has,
+    else what was free at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        free = ray.available_resources()
+        if all(v <= 0 or free.get(k, 0.0) + 1e-9 >= v for k, v in need.items()):
+            return None
+        if time.monotonic() > deadline:
+            return free
+        time.sleep(1.0)
+
+
 def connect_ray(cfg: Any) -> Any:
     """The `ray` module, connected: to `distributed.address`, or to a local runtime started here."""
     ray = _require_ray()
@@ -80,12 +93,20 @@ def connect_ray(cfg: Any) -> Any:
     return ray
 
 
-class RolloutWorker:
-    """The actor body: a policy copy and a local engine. Plain class; wrapped with ray.remote at start-up."""
+class RolloutNodeLost(RoleLost):
+    """A rollout worker died (its node lost) and no replacement could be placed in time."""
 
-    def __init__(self, model_path: str, tokenizer_path: str, engine: str, batch_size: int, dtype: str,
-                 device: str, trust_remote_code: bool, threads: int | None = None,
+
+class RolloutWorker:
+    """The actor body: a policy copy and a local engine. Plain class; wrapped with ray.remote at start-up.
+
+    The model and tokenizer arrive as files through Ray's object store (`rlvr.distributed.shipping`), so nothing
+    on the controller's disk has to exist on this worker's node."""
+
+    def __init__(self, model_files: dict[str, bytes], tokenizer_files: dict[str, bytes] | None, engine: str,
+                 batch_size: int, dtype: str, device: str, trust_remote_code: bool, threads: int | None = None,
                  engine_options: dict[str, Any] | None = None):
+        from rlvr.distributed.shipping import local_model_dir, write_model_dir
         from rlvr.models import load_tokenizer, resolve_device, resolve_dtype
         from rlvr.models.vision import load_lm_or_vlm
         from rlvr.rollout import build_engine
@@ -93,10 +114,18 @@ class RolloutWorker:
         if threads:
             torch.set_num_threads(threads)
         dev = resolve_device(device)
-        self.tokenizer = load_tokenizer(tokenizer_path, trust_remote_code=trust_remote_code)
-        self.model = load_lm_or_vlm(model_path, dtype=resolve_dtype(dtype, dev), device=dev,
+        # the vllm engine loads the policy from its directory, so this worker keeps its copy until `close`
+        self.model_dir: str | None = write_model_dir(model_files)
+        self.model = load_lm_or_vlm(self.model_dir, dtype=resolve_dtype(dtype, dev), device=dev,
                                     trust_remote_code=trust_remote_code, trainable=False)
+        if tokenizer_files is None:
+            self.tokenizer = load_tokenizer(self.model_dir, trust_remote_code=trust_remote_code)
+        else:
+            with local_model_dir(tokenizer_files) as tokenizer_path:
+                self.tokenizer = load_tokenizer(tokenizer_path, trust_remote_code=trust_remote_code)
         self.engine = build_engine(engine, engine_options or {}, batch_size, self.model, self.tokenizer)
+        if engine != "vllm":
+            self.close()
         self.version = 0
         self.busy_s = 0.0
 
@@ -143,6 +172,19 @@ class RolloutWorker:
     def pid(self) -> int:
         return os.getpid()
 
+    def where(self) -> dict[str, Any]:
+        from rlvr.distributed.shipping import where_am_i
+
+        return where_am_i()
+
+    def close(self) -> None:
+        """Remove this worker's copy of the model directory (before the actor is killed)."""
+        import shutil
+
+        if self.model_dir is not None:
+            shutil.rmtree(self.model_dir, ignore_errors=True)
+            self.model_dir = None
+
     def busy(self) -> float:
         return self.busy_s
 
@@ -168,6 +210,7 @@ class RayEngine(RolloutEngine):
     per prompt. Each chunk is pickled once, so the samples of one prompt keep sharing one `mm_inputs` dict."""
 
     def __init__(self, cfg: Any, model_path: str):
+        from rlvr.distributed.shipping import log_controller_placement, put_model_dir
         from rlvr.rollout import ENGINES
 
         self.multimodal = bool(getattr(ENGINES.get(cfg.rollout.engine), "multimodal", False))
@@ -180,42 +223,60 @@ class RayEngine(RolloutEngine):
         self._weights: Any = None  # object ref of the latest broadcast
         self.restarts = 0
         self._submits = 0
-        self._check_room()
+        # no shared filesystem: the weights, config and tokenizer go to every node through the object store
+        self._model_files = put_model_dir(self.ray, model_path)
+        tok = cfg.model.tokenizer_path
+        self._tokenizer_files = put_model_dir(self.ray, tok, "model.tokenizer_path") \
+            if tok and str(tok) != str(cfg.model.path) else None
+        self._wait_for_room(dist.rollout_workers, "start")
         for _ in range(dist.rollout_workers):
             self.workers.append(self._spawn())
+        log_controller_placement(self.ray)
+        self._placement_logged = False  # the workers' nodes are logged at the first sync, once they are up
         self._group: Any = None  # (store, process group) with the workers, for weight_sync: broadcast
         self._source: Any = None  # the model last synced from (a replaced worker needs its weights)
         if dist.weight_sync == "broadcast":
             self._open_weight_group()
 
-    def _check_room(self) -> None:
-        """Raise a clear error when the cluster cannot hold every rollout worker (e.g. 2 workers x 1 CPU beside a
-        reference worker on a 2-CPU machine), instead of hanging at the first weight sync with a worker that is never
-        placed. Waits up to the placement timeout for resources to free up; model loading is not bounded."""
+    def _need(self, workers: int) -> dict[str, float]:
         dist = self.cfg.distributed
-        need = {"CPU": dist.rollout_workers * dist.cpus_per_rollout_worker,
-                "GPU": dist.rollout_workers * dist.gpus_per_rollout_worker}
-        deadline = time.monotonic() + PLACEMENT_TIMEOUT_S
-        while True:
-            free = self.ray.available_resources()
-            short = {k: v for k, v in need.items() if v > 0 and free.get(k, 0.0) + 1e-9 < v}
-            if not short or time.monotonic() > deadline:
-                break
-            time.sleep(1.0)
-        if short:
+        need = {"CPU": workers * dist.cpus_per_rollout_worker, "GPU": workers * dist.gpus_per_rollout_worker}
+        for name, amount in dist.rollout_worker_resources.items():
+            need[name] = need.get(name, 0.0) + workers * amount
+        return need
+
+    def _wait_for_room(self, workers: int, why: str) -> None:
+        """Wait up to distributed.placement_timeout_s until the cluster has room for `workers` rollout workers
+        (CPUs, GPUs, custom resources), then return; else raise a clear error instead of hanging at the first
+        weight sync with a worker that is never placed (e.g. 2 workers x 1 CPU beside a reference worker on a
+        2-CPU machine, or a worker pinned to a node that was lost). Model loading is not bounded."""
+        dist = self.cfg.distributed
+        need = self._need(workers)
+        free = wait_for_room(self.ray, need, dist.placement_timeout_s)
+        if free is None:
+            return
+        asks = " and ".join(f"{v:g} {k}(s)" if k in ("CPU", "GPU") else f"{v:g} of resource '{k}'"
+                            for k, v in need.items() if v > 0 or k == "CPU")
+        if why == "start":
             raise RuntimeError(
-                f"the cluster has no room for {dist.rollout_workers} rollout worker(s): they ask for "
-                f"{need['CPU']:g} CPU(s) and {need['GPU']:g} GPU(s) in all, and {free} is free (other rlvr workers "
-                "placed before them hold the rest). Lower distributed.rollout_workers or "
-                "distributed.cpus_per_rollout_worker, or add resources (distributed.num_cpus for a local runtime)")
+                f"the cluster has no room for {dist.rollout_workers} rollout worker(s): they ask for {asks} in all, "
+                f"and {free} is free (other rlvr workers placed before them hold the rest). Lower "
+                "distributed.rollout_workers or distributed.cpus_per_rollout_worker, check "
+                "distributed.rollout_worker_resources, or add resources (distributed.num_cpus for a local runtime)")
+        raise RolloutNodeLost(
+            f"{why}, and no replacement could be placed within {dist.placement_timeout_s:g}s "
+            f"(distributed.placement_timeout_s): it asks for {asks}, and the cluster has {free} free (a node that "
+            "held it was lost and has not come back?). Bring the node back (ray start --address ... with the same "
+            "--resources) or change distributed.rollout_worker_resources")
 
     def _spawn(self) -> Any:
         cfg, dist = self.cfg, self.cfg.distributed
         actor = self.ray.remote(RolloutWorker).options(
             num_cpus=dist.cpus_per_rollout_worker, num_gpus=dist.gpus_per_rollout_worker, max_restarts=0,
+            resources=dict(dist.rollout_worker_resources) or None,
         )
         threads = max(1, int(dist.cpus_per_rollout_worker)) if dist.gpus_per_rollout_worker == 0 else None
-        return actor.remote(self.model_path, cfg.model.tokenizer_path or cfg.model.path, cfg.rollout.engine,
+        return actor.remote(self._model_files, self._tokenizer_files, cfg.rollout.engine,
                             cfg.rollout.batch_size, cfg.model.dtype,
                             "cuda" if dist.gpus_per_rollout_worker > 0 else "cpu", cfg.model.trust_remote_code,
                             threads, dict(cfg.rollout.engine_options))
@@ -264,6 +325,7 @@ class RayEngine(RolloutEngine):
             try:
                 send(self._group[1], state, self._group_device)
                 self.ray.get(refs)
+                self._log_placement()
                 return
             except Exception as err:  # a worker died mid-broadcast: fall back, then sync through the store
                 self._leave_weight_group(f"{type(err).__name__}: {str(err).strip().splitlines()[0]}")
@@ -272,7 +334,23 @@ class RayEngine(RolloutEngine):
                         self.restarts += 1
                         self.workers[i] = self._spawn()
         self._weights = self.ray.put(cpu_state(state))
-        self.ray.get([w.set_weights.remote(self._weights, version) for w in self.workers])
+        refs = [w.set_weights.remote(self._weights, version) for w in self.workers]
+        for i, ref in enumerate(refs):
+            try:
+                self.ray.get(ref)
+            except self.ray.exceptions.RayActorError as err:  # died (or lost its node) since the last call
+                self._replace(i, f"rollout worker {i} died during a weight sync ({_first_line(err)})")
+        self._log_placement()
+
+    def _log_placement(self) -> None:
+        """Record each worker's node in the log, once (not at start-up: waiting there for a worker to load its
+        model would delay starting the reward and reference workers)."""
+        from rlvr.distributed.shipping import log_placement
+
+        if not self._placement_logged:
+            self._placement_logged = True
+            for i, w in enumerate(self.workers):
+                log_placement(self.ray, f"rollout worker {i}", w)
 
     # -- generation ----------------------------------------------------------------------------------------
 
@@ -291,6 +369,7 @@ class RayEngine(RolloutEngine):
         if seed is None:
             seed = int(torch.randint(0, 2**31 - 1, (1,)).item())
         prompts = [list(p) for p in prompts]
+        faults.pause_point("worker", self._submits)  # e.g. a test kills a worker's node meanwhile
         if faults.armed("kill", "worker", self._submits):
             self.ray.kill(self.workers[0], no_restart=True)  # a node or process dying mid-run
         chunks = []
@@ -315,14 +394,23 @@ class RayEngine(RolloutEngine):
                 out[start + j] = group
         return out
 
-    def _retry(self, i: int, pending: PendingRollout, start: int, end: int, err: Exception) -> list[list[Sample]]:
-        log.warning("rollout worker %d died (%s); replacing it and retrying its %d prompts", i, err, end - start)
+    def _replace(self, i: int, why: str) -> None:
+        """A new worker `i` with the latest weights; waits up to distributed.placement_timeout_s for room (a lost
+        node coming back), then stops the run with `RolloutNodeLost`."""
+        from rlvr.distributed.shipping import log_placement
+
+        log.warning("%s; replacing it", why)
         self.restarts += 1
+        self._wait_for_room(1, why)
         self.workers[i] = self._spawn()
         if self._group is not None:
             self._leave_weight_group(f"rollout worker {i} was replaced")
         if self._weights is not None:
             self.ray.get(self.workers[i].set_weights.remote(self._weights, self.policy_version))
+        log_placement(self.ray, f"rollout worker {i} (replacement)", self.workers[i])
+
+    def _retry(self, i: int, pending: PendingRollout, start: int, end: int, err: Exception) -> list[list[Sample]]:
+        self._replace(i, f"rollout worker {i} died ({_first_line(err)}) with {end - start} prompts to generate")
         samples, _ = self.ray.get(self.workers[i].generate.remote(pending.prompts[start:end], pending.params,
                                                                   pending.seed + i,
                                                                   _part(pending.mm_inputs, start, end)))
@@ -344,9 +432,15 @@ class RayEngine(RolloutEngine):
                 "distributed/weight_broadcast": float(self.broadcasting)}
 
     def shutdown(self) -> None:
+        with contextlib.suppress(Exception):  # a dead worker's node took its files with it
+            self.ray.get([w.close.remote() for w in self.workers], timeout=30)
         for w in self.workers:
             kill_actor(self.ray, w)
         self.workers = []
+
+
+def _first_line(err: Exception) -> str:
+    return f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"
 
 
 def _dead(ray: Any, actor: Any) -> bool:

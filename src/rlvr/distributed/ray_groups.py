@@ -25,25 +25,47 @@ from typing import Any
 
 import torch
 
-from rlvr.distributed.ray_engine import PLACEMENT_TIMEOUT_S, _split, connect_ray, cpu_state, kill_actor
+from rlvr.distributed.ray_engine import (
+    PLACEMENT_TIMEOUT_S,
+    _split,
+    connect_ray,
+    cpu_state,
+    kill_actor,
+    wait_for_room,
+)
+from rlvr.distributed.shipping import local_model_dir, log_placement, put_model_dir, where_am_i
+from rlvr.errors import RoleLost
 from rlvr.types import Batch
 
 log = logging.getLogger("rlvr.distributed")
 
 
 def start_actor(ray: Any, cls: type, args: tuple, *, num_cpus: float, num_gpus: float, what: str,
-                knob: str, timeout: float = PLACEMENT_TIMEOUT_S) -> Any:
-    """Start one actor of `cls`; raise a clear error when the cluster cannot place it within `timeout`."""
-    actor = ray.remote(cls).options(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=0).remote(*args)
-    try:
-        ray.get(actor.ready.remote(), timeout=timeout)
-    except ray.exceptions.GetTimeoutError:
-        ray.kill(actor)
+                knob: str, timeout: float = PLACEMENT_TIMEOUT_S, resources: dict[str, float] | None = None) -> Any:
+    """Start one actor of `cls` (with custom `resources`, which pin it to the nodes that declare them). Raise a
+    clear error when the cluster has no room for it within `timeout` (placement), or when it is not ready
+    within `timeout` more, or PLACEMENT_TIMEOUT_S if that is longer (its start-up). Its node goes to the log."""
+    need = {"CPU": num_cpus, "GPU": num_gpus, **dict(resources or {})}
+    free = wait_for_room(ray, need, timeout)
+    actor = None
+    if free is None:
+        actor = ray.remote(cls).options(num_cpus=num_cpus, num_gpus=num_gpus,
+                                        resources=dict(resources or {}) or None, max_restarts=0).remote(*args)
+        try:
+            ray.get(actor.ready.remote(), timeout=max(timeout, PLACEMENT_TIMEOUT_S))
+        except ray.exceptions.GetTimeoutError:
+            ray.kill(actor)
+            actor, free = None, ray.available_resources()
+    if actor is None:
+        extra = f" and {dict(resources)}" if resources else ""
         raise RuntimeError(
-            f"could not start the {what} within {timeout:g}s: it asks for {num_cpus:g} CPU(s) and "
-            f"{num_gpus:g} GPU(s), and the cluster has {ray.available_resources()} free. Lower {knob} or add "
-            "resources (distributed.num_cpus for a local runtime)"
+            f"could not start the {what} within {timeout:g}s (distributed.placement_timeout_s): it asks for "
+            f"{num_cpus:g} CPU(s) and {num_gpus:g} GPU(s){extra}, and the cluster has {free} free. Lower {knob} "
+            "or add resources (distributed.num_cpus for a local runtime; a node started with the custom resources "
+            "it asks for)"
         ) from None
+    if hasattr(cls, "where"):
+        log_placement(ray, what, actor)
     return actor
 
 
@@ -51,17 +73,22 @@ def start_actor(ray: Any, cls: type, args: tuple, *, num_cpus: float, num_gpus: 
 
 
 class RewardWorker:
-    """Actor body: the task, built here from its config, and a local verifier pool."""
+    """Actor body: a local verifier pool over the controller's task object (sent through Ray, so a task's data
+    file need not exist on this node), or over the task built here from its config when the task cannot be
+    pickled."""
 
-    def __init__(self, task_name: str, task_params: dict[str, Any], processes: int, timeout: float):
+    def __init__(self, task: Any, task_name: str, task_params: dict[str, Any], processes: int, timeout: float):
         from rlvr.rewards.pool import VerifierPool
         from rlvr.tasks import build_task
 
-        self.task = build_task(task_name, task_params)
+        self.task = task if task is not None else build_task(task_name, task_params)
         self.pool = VerifierPool(self.task, max(1, processes), timeout)
 
     def ready(self) -> bool:
         return True
+
+    def where(self) -> dict[str, Any]:
+        return where_am_i()
 
     def verify(self, pairs: list[tuple[str, Any]]) -> list[Any]:
         return self.pool.map(pairs)
@@ -76,19 +103,34 @@ class RayVerifierPool:
     """`VerifierPool`'s interface over `distributed.reward_workers` Ray actors: a batch is split into one
     contiguous chunk per actor and the results come back in order."""
 
-    def __init__(self, cfg: Any, processes: int, timeout: float):
+    def __init__(self, cfg: Any, processes: int, timeout: float, task: Any = None):
         self.ray = connect_ray(cfg)
         self.cfg, self.processes, self.timeout = cfg, processes, timeout
         self.restarts = 0
+        self._task = self._put_task(task)
         self.actors = [self._spawn() for _ in range(cfg.distributed.reward_workers)]
         self._seconds = 0.0
 
+    def _put_task(self, task: Any) -> Any:
+        """The task in the object store (its data travels with it), or None when it cannot be pickled: then each
+        actor builds it from `task:`, and a data file must exist at the same path on its node."""
+        if task is None:
+            return None
+        try:
+            return self.ray.put(task)
+        except Exception as err:  # e.g. an ecosystem environment holding a live handle
+            log.warning("the task cannot be sent to the reward workers (%s: %s); each builds it from `task:`, so "
+                        "its data file must exist at the same path on their nodes", type(err).__name__, err)
+            return None
+
     def _spawn(self) -> Any:
         d = self.cfg.distributed
-        return start_actor(self.ray, RewardWorker, (self.cfg.task.name, self.cfg.task.params, self.processes,
-                                                     self.timeout),
+        return start_actor(self.ray, RewardWorker, (self._task, self.cfg.task.name, self.cfg.task.params,
+                                                     self.processes, self.timeout),
                            num_cpus=d.cpus_per_reward_worker, num_gpus=0, what="reward worker",
-                           knob="distributed.cpus_per_reward_worker or distributed.reward_workers")
+                           knob="distributed.cpus_per_reward_worker, distributed.reward_worker_resources or "
+                           "distributed.reward_workers", timeout=d.placement_timeout_s,
+                           resources=d.reward_worker_resources)
 
     def map(self, pairs: list[tuple[str, Any]]) -> list[Any]:
         pairs = list(pairs)
@@ -102,7 +144,10 @@ class RayVerifierPool:
                 log.warning("reward worker %d died (%s); replacing it and retrying its %d responses", i, err,
                             end - start)
                 self.restarts += 1
-                self.actors[i] = self._spawn()
+                try:
+                    self.actors[i] = self._spawn()
+                except RuntimeError as placing:  # e.g. its node was lost and has not come back
+                    raise RoleLost(f"reward worker {i} died and could not be replaced: {placing}") from None
                 results = self.ray.get(self.actors[i].verify.remote(pairs[start:end]))
             out[start:end] = results
         return out
@@ -131,8 +176,8 @@ class RayVerifierPool:
 class ReferenceWorker:
     """Actor body: the frozen reference model, a `LocalLogProbModel` in the actor's process."""
 
-    def __init__(self, path: str, dtype: str, device: str, trust_remote_code: bool, threads: int | None,
-                 micro_batch_size: int, pack_tokens: bool):
+    def __init__(self, files: dict[str, bytes], dtype: str, device: str, trust_remote_code: bool,
+                 threads: int | None, micro_batch_size: int, pack_tokens: bool):
         from rlvr.learner.logprob_model import LocalLogProbModel
         from rlvr.models import resolve_device, resolve_dtype
         from rlvr.models.vision import load_lm_or_vlm
@@ -140,12 +185,16 @@ class ReferenceWorker:
         if threads:
             torch.set_num_threads(threads)
         dev = resolve_device(device)
-        model = load_lm_or_vlm(path, dtype=resolve_dtype(dtype, dev), device=dev,
-                               trust_remote_code=trust_remote_code, trainable=False)
+        with local_model_dir(files) as path:  # the controller's model directory, sent through Ray
+            model = load_lm_or_vlm(path, dtype=resolve_dtype(dtype, dev), device=dev,
+                                   trust_remote_code=trust_remote_code, trainable=False)
         self.model = LocalLogProbModel(model, micro_batch_size, pack_tokens)
 
     def ready(self) -> bool:
         return True
+
+    def where(self) -> dict[str, Any]:
+        return where_am_i()
 
     def token_logprobs(self, batch: Batch, temperature: float) -> torch.Tensor:
         return self.model.token_logprobs(batch, temperature).cpu()
@@ -168,17 +217,20 @@ class RemoteReference:
         self.cfg, self.path = cfg, path
         self.restarts = 0
         self._state: Any = None  # object ref of weights loaded after start (ProRL reset, resume)
+        self._files = put_model_dir(self.ray, path)  # no shared filesystem: the model goes through Ray
         self.actor = self._spawn()
 
     def _spawn(self) -> Any:
         cfg, d = self.cfg, self.cfg.distributed
         threads = max(1, int(d.cpus_per_reference_worker)) if d.gpus_per_reference_worker == 0 else None
         actor = start_actor(self.ray, ReferenceWorker,
-                            (self.path, cfg.model.dtype, "cuda" if d.gpus_per_reference_worker > 0 else "cpu",
+                            (self._files, cfg.model.dtype, "cuda" if d.gpus_per_reference_worker > 0 else "cpu",
                              cfg.model.trust_remote_code, threads, cfg.train.micro_batch_size,
                              cfg.train.pack_tokens),
                             num_cpus=d.cpus_per_reference_worker, num_gpus=d.gpus_per_reference_worker,
-                            what="reference worker", knob="distributed.cpus_per_reference_worker")
+                            what="reference worker", knob="distributed.cpus_per_reference_worker or "
+                            "distributed.reference_worker_resources", timeout=d.placement_timeout_s,
+                            resources=d.reference_worker_resources)
         if self._state is not None:
             self.ray.get(actor.load_state_dict.remote(self._state))
         return actor

@@ -218,7 +218,9 @@ class RayLearnerGroup:
                     self.ray, LearnerWorker, (data, model_path, rank, world, threads),
                     num_cpus=d.cpus_per_learner_worker, num_gpus=d.gpus_per_learner_worker,
                     what=f"learner worker {rank}",
-                    knob="distributed.cpus_per_learner_worker or distributed.learner_workers"))
+                    knob="distributed.cpus_per_learner_worker, distributed.learner_worker_resources or "
+                    "distributed.learner_workers", timeout=d.placement_timeout_s,
+                    resources=d.learner_worker_resources))
             init_method = self.ray.get(self.actors[0].address.remote())
             self._gather([a.join.remote(init_method) for a in self.actors], "starting")
         except BaseException:

@@ -88,18 +88,21 @@ class Roles:
                 log.warning("closing %s failed: %s", type(role).__name__, err)
 
 
-def place_roles(cfg: Config, tokenizer: Any, device: torch.device, checkpoint: Path | None) -> Roles:
+def place_roles(cfg: Config, tokenizer: Any, device: torch.device, checkpoint: Path | None,
+                task: Any = None) -> Roles:
     """Build the roles `cfg` asks for. Weights come from `checkpoint` when resuming (its trainer state is loaded
-    by the caller), else from `model.path`. If building one role fails, those built so far are closed."""
+    by the caller), else from `model.path`. Ray reward workers get `task` itself (its data read here), not its
+    file path. If building one role fails, those built so far are closed."""
     opened: list[Any] = []
     try:
-        return _place(cfg, tokenizer, device, checkpoint, opened)
+        return _place(cfg, tokenizer, device, checkpoint, opened, task)
     except BaseException:
         Roles(policy=None, generator=None, scorer=None, trainable=None, _opened=opened).close()  # type: ignore[arg-type]
         raise
 
 
-def _place(cfg: Config, tokenizer: Any, device: torch.device, checkpoint: Path | None, opened: list[Any]) -> Roles:
+def _place(cfg: Config, tokenizer: Any, device: torch.device, checkpoint: Path | None, opened: list[Any],
+           task: Any) -> Roles:
     d = cfg.distributed
     dtype = resolve_dtype(cfg.model.dtype, device)
     weights = str(checkpoint or cfg.model.path)
@@ -135,7 +138,7 @@ def _place(cfg: Config, tokenizer: Any, device: torch.device, checkpoint: Path |
 
         for term in scorer.terms:
             if isinstance(term.component, CorrectnessReward):
-                term.component.use_pool(RayVerifierPool(cfg, term.component.workers, term.component.timeout))
+                term.component.use_pool(RayVerifierPool(cfg, term.component.workers, term.component.timeout, task))
 
     trainable: Any
     if d.learner_workers:  # data-parallel learner ranks as Ray actors, each with its own reference and critic

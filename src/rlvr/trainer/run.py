@@ -171,7 +171,7 @@ def open_run(cfg: Config, run_dir: Path, resume: bool, task: Any, tokenizer: Any
     """Place the roles and build the run; when resuming, restore the newest checkpoint that verifies."""
     seed_everything(cfg.run.seed)
     checkpoint = _resume_point(run_dir) if resume else None
-    roles = place_roles(cfg, tokenizer, device, checkpoint)
+    roles = place_roles(cfg, tokenizer, device, checkpoint, task)
     try:
         visual = getattr(task, "visual", False)
         # a VLM on a text-only task trains through its language path (no images), but keeps its processor
