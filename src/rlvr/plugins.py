@@ -19,11 +19,15 @@ the trainer imported; Ray workers import the run's `plugins` at start-up (`RLVR_
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import importlib
 import importlib.util
+import json
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
@@ -98,19 +102,46 @@ def load_entry_points() -> list[str]:
     return names
 
 
+SOURCES_VAR = "RLVR_PLUGIN_SOURCES"  # JSON {absolute path: source} of plugin files, for nodes without the files
+MAX_SHIPPED_SOURCE = 96 * 1024  # an environment variable holds at most 128 KiB on Linux
+
+
 def load_from_env() -> None:
-    """Import the plugins listed in `RLVR_PLUGINS` (a Ray worker's start-up hook; see `worker_env`)."""
+    """Import the plugins listed in `RLVR_PLUGINS` (a Ray worker's start-up hook; see `worker_env`). A plugin
+    file missing on this node (no shared filesystem) is written from its shipped source into a private
+    directory under the same file name, so its module name, and what pickles refer to, stay the same."""
     specs = [s for s in os.environ.get(ENV_VAR, "").split(os.pathsep) if s]
-    load_plugins(specs, where=ENV_VAR)
+    sources = json.loads(os.environ.get(SOURCES_VAR) or "{}")
+    local = []
+    for spec in specs:
+        if is_file_spec(spec) and not Path(spec).is_file() and spec in sources:
+            root = tempfile.mkdtemp(prefix="rlvr-plugin-")
+            atexit.register(shutil.rmtree, root, True)  # the copy lives as long as the worker process
+            home = Path(root) / hashlib.sha1(spec.encode()).hexdigest()[:12]
+            home.mkdir()
+            (home / Path(spec).name).write_text(sources[spec])
+            spec = str(home / Path(spec).name)
+        local.append(spec)
+    load_plugins(local, where=ENV_VAR)
 
 
 def worker_env(specs: Iterable[str]) -> dict[str, str]:
     """Environment variables that make a worker process import the plugins `specs` (a run's `plugins`, files
-    resolved to absolute paths here, since a worker's working directory may differ) with `load_from_env`."""
+    resolved to absolute paths here, since a worker's working directory may differ) with `load_from_env`.
+    Plugin files travel as source too, so a node that does not share this filesystem imports the same code."""
     resolved = [str(Path(s).expanduser().resolve()) if is_file_spec(s) else s for s in specs]
     if not resolved and not _has_entry_points():
         return {}  # nothing to import: the workers need no start-up hook
-    return {ENV_VAR: os.pathsep.join(resolved)}  # an empty list still loads the entry points
+    env = {ENV_VAR: os.pathsep.join(resolved)}  # an empty list still loads the entry points
+    files = {spec: Path(spec).read_text() for spec in resolved if is_file_spec(spec) and Path(spec).is_file()}
+    if files:
+        shipped = json.dumps(files)
+        if len(shipped) > MAX_SHIPPED_SOURCE:
+            raise ConfigError(f"plugins: the plugin files add up to {len(shipped) // 1024} KiB, more than the "
+                              f"{MAX_SHIPPED_SOURCE // 1024} KiB that can travel to Ray workers with the run; "
+                              "install them as a package on every node and name the module instead")
+        env[SOURCES_VAR] = shipped
+    return env
 
 
 def _has_entry_points() -> bool:

@@ -5,8 +5,10 @@ config path. Trainings that use them are in tests/e2e/test_user_code_train.py.""
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -360,6 +362,31 @@ def test_worker_env_names_the_runs_plugins_with_absolute_paths(tmp_path, monkeyp
     ep = importlib.metadata.EntryPoint(name="x", value="x", group=plugins.ENTRY_POINT_GROUP)
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda *, group: [ep])
     assert plugins.worker_env([]) == {"RLVR_PLUGINS": ""}  # the hook still runs: it loads the entry points
+
+
+def test_plugin_files_travel_as_source_to_a_node_without_them(tmp_path, monkeypatch):
+    """No shared filesystem: a worker whose node lacks the plugin file imports it from the shipped source, under
+    the same module name, and the names it registers are there."""
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda *, group: [])
+    src = tmp_path / "controller" / "shipped_plugin.py"
+    src.parent.mkdir()
+    src.write_text(PLUGIN.format(name="centred_shipped"))
+    env = plugins.worker_env([str(src)])
+    assert json.loads(env[plugins.SOURCES_VAR]) == {str(src): src.read_text()}
+    src.unlink()  # the worker's node: the path does not exist there
+    shutil.rmtree(src.parent)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    plugins.load_from_env()
+    from rlvr.algorithms import ADVANTAGES
+
+    assert "centred_shipped" in ADVANTAGES
+    assert sys.modules["shipped_plugin"].__file__.endswith("/shipped_plugin.py")
+    # too much source to travel in an environment variable: a clear error naming the fix
+    big = tmp_path / "big_plugin.py"
+    big.write_text("#" * (plugins.MAX_SHIPPED_SOURCE + 10))
+    with pytest.raises(ConfigError, match="install them as a package"):
+        plugins.worker_env([str(big)])
 
 
 def test_a_multi_stage_recipe_imports_its_plugins_before_any_stage_is_validated(tmp_path, monkeypatch):
