@@ -11,6 +11,7 @@ OUT/summary.json, OUT/summary.md (mean ± std over seeds) and OUT/curves.png (re
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -168,12 +169,15 @@ def summarize_sweep(runs: list[SweepRun]) -> dict[str, Any]:
     recipes = {}
     for name, rows in by_recipe.items():
         keys = list(rows[0])
-        recipes[name] = {
-            "seeds": len(rows),
-            **{k: {"mean": statistics.fmean(r[k] for r in rows),
-                   "std": statistics.stdev([r[k] for r in rows]) if len(rows) > 1 else 0.0} for k in keys},
-        }
+        recipes[name] = {"seeds": len(rows), **{k: _mean_std([r[k] for r in rows]) for k in keys}}
     return {"recipes": recipes}
+
+
+def _mean_std(values: list[float]) -> dict[str, float]:
+    """Mean and std over the finite values (an evaluation-only arm has no entropy: nan, left out)."""
+    finite = [v for v in values if math.isfinite(v)]
+    return {"mean": statistics.fmean(finite) if finite else math.nan,
+            "std": statistics.stdev(finite) if len(finite) > 1 else 0.0}
 
 
 def summary_table(summary: dict[str, Any]) -> str:
@@ -208,7 +212,7 @@ def plot_curves(runs: list[SweepRun], path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     names = sorted({r.name for r in runs})
     for name in names:
-        curves = [read_metrics(r.run_dir) for r in runs if r.name == name and r.done]
+        curves = [read_metrics(r.run_dir) for r in runs if r.name == name and r.done and r.model is None]
         if not curves:
             continue
         length = min(len(c) for c in curves)
