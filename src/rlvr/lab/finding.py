@@ -76,7 +76,8 @@ class Finding(Strict):
     seed_values: list[int] | None = Field(None, description="exactly these seeds (instead of seeds/first_seed)")
     eval: EvalSpec = Field(default_factory=EvalSpec)
     common: list[str] = Field(default_factory=list, description="overrides for every arm after the lab's own")
-    minutes: float | None = Field(None, description="measured wall time of the whole finding on 2 idle cores")
+    minutes: float | None = Field(None, description="measured wall time of the whole finding with --jobs 2 "
+                                  "on the 2-core CPU (docs/findings.md says under what load)")
     notes: str = ""
 
     @model_validator(mode="after")

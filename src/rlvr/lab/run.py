@@ -180,5 +180,5 @@ def findings_listing(names: list[str]) -> list[tuple[str, str, str, str]]:
             continue
         budget = f"{f.steps} steps" + (f", {f.rollout_tokens:,} tokens" if f.rollout_tokens else "")
         rows.append((name, " vs ".join(f.arms), f"{f.seeds} seeds x {budget}",
-                     f"{f.minutes:.0f} min" if f.minutes is not None else "not measured"))
+                     f"{f.minutes:.0f} min (measured)" if f.minutes is not None else "not yet run"))
     return rows
