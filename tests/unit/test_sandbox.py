@@ -152,6 +152,39 @@ def test_parent_environment_is_invisible(monkeypatch: pytest.MonkeyPatch, layer:
     _blocked(r, "another process's /proc")
 
 
+def test_listing_host_directories_is_blocked_even_with_the_interpreter_under_tmp(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import subprocess
+
+    # The README path on a machine without bubblewrap, from a clone in /tmp: the Python guard alone, and an
+    # interpreter whose trees (readable) lie under /tmp, which makes /tmp and / ancestors of readable trees.
+    monkeypatch.setenv("RLVR_SANDBOX", "none")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    monkeypatch.setattr(sandbox, "INTERPRETER", str(venv / "bin" / "python"))
+    planted = tmp_path / "planted-name-7f3a"
+    planted.write_text("x")
+    sandbox.close_servers()
+    try:
+        r = run_python("import sys\nprint(sys.prefix)", **QUICK)
+        assert r.ok and r.stdout.strip() == str(venv), r  # the venv's interpreter runs the program
+        for top in ("/tmp", "/", str(tmp_path), str(venv.parent)):
+            r = run_python(f"import os\nprint(os.listdir({top!r}))", **QUICK)
+            _blocked(r, f"directory listing outside the readable trees (os.listdir {top})")
+            assert "planted-name" not in r.stdout + r.stderr
+        walk = ("import os\nn = 0\nfor root in ('/tmp', '/'):\n    for top, dirs, files in os.walk(root):\n"
+                "        n += len(files)\n        if 'planted-name-7f3a' in files:\n            print('found', top)\n"
+                "print(n)")
+        r = run_python(walk, **QUICK)
+        assert r.stdout == "0\n", r  # os.walk swallows the PermissionError: it sees nothing
+        _blocked(r, "directory listing outside the readable trees (os.scandir /tmp)")
+        # inside the readable trees and the work dir, listing still works (the import system needs it)
+        r = run_python(f"import os\nprint('python3' in os.listdir({str(venv / 'bin')!r}), os.listdir('.'))", **QUICK)
+        assert r.ok and r.stdout == "True []\n", r
+    finally:
+        sandbox.close_servers()
+
+
 def test_reading_files_outside_the_readable_trees_is_blocked(tmp_path: Path, layer: str) -> None:
     secret = tmp_path / "token"
     secret.write_text("hf_secret_token")
