@@ -241,3 +241,79 @@ def test_runs_as_nobody_when_root_and_an_interpreter_allows_it(monkeypatch: pyte
     assert uid == str(sandbox.NOBODY)
     if layer == "guard":  # without the OS layer RLIMIT_NPROC bounds the processes; with it, the PID namespace
         assert nproc == str(sandbox.NPROC_LIMIT)
+
+
+def _gone(path: Path, pid: int, within: float) -> bool:
+    """Whether `path` no longer exists and process `pid` has exited (a zombie counts as exited), polling up to
+    `within` seconds."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            state = "gone"
+        if not path.exists() and state in ("gone", "Z", "X"):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_nothing_of_a_verifier_killed_with_sigkill_is_left(monkeypatch: pytest.MonkeyPatch) -> None:
+    import signal
+    import subprocess
+
+    monkeypatch.setenv("RLVR_SANDBOX", "none")  # without the OS layer the server's directory is on the host
+    verifier = ("import sys, time\nfrom rlvr.rewards import sandbox\nfrom rlvr.rewards.code import run_unit_tests\n"
+                "r = run_unit_tests('def f(x):\\n    return 3 * x + 2\\n', ['assert f(1) == 5'], timeout=60)\n"
+                "server = sandbox._POOL.idle[-1]\n"
+                "print(r.reward, server.host_root, server.proc.pid, flush=True)\ntime.sleep(600)\n")
+    start = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-c", verifier], stdout=subprocess.PIPE, text=True)
+    try:
+        reward, root, server_pid = proc.stdout.readline().split()
+        started = time.monotonic() - start  # the work of a verifier's start-up and one run, on this machine now
+        assert reward == "1.0" and Path(root).is_dir() and Path(root).name.startswith(f"rlvr-sandbox-{proc.pid}-")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    # the server sees its socket close, wipes its directory, removes it and exits
+    assert _gone(Path(root), int(server_pid), within=max(10.0, 5 * started)), os.listdir(Path(root).parent)
+
+
+def test_stale_server_dirs_are_swept_at_start_up_and_on_restart(monkeypatch: pytest.MonkeyPatch) -> None:
+    import signal
+    import subprocess
+    import tempfile
+
+    monkeypatch.setenv("RLVR_SANDBOX", "none")
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a pid whose process is gone
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    base = Path(tempfile.gettempdir())
+    stale, kept = base / f"rlvr-sandbox-{dead.pid}-test", base / f"rlvr-sandbox-{alive.pid}-test"
+    try:
+        for d in (stale, kept):
+            (d / "w1" / "sub").mkdir(parents=True)
+            (d / "w1" / "sub" / "f").write_text("left by a killed verifier")
+        (stale / "w1" / "sub").chmod(0)  # even a tree a program made unreadable
+        sandbox.close_servers()
+        assert run_python("print(1)", **QUICK).stdout == "1\n"  # a fresh server: the start-up sweep ran
+        assert not stale.exists()
+        assert kept.is_dir()  # its owner lives: another run on this machine
+        # a server killed while idle: the pool's restart removes its directory
+        server = sandbox._POOL.idle[-1]
+        old_root = Path(server.host_root)
+        os.kill(server.proc.pid, signal.SIGKILL)
+        server.proc.wait()
+        assert run_python("print(2)", **QUICK).stdout == "2\n"
+        assert not old_root.exists()
+        assert sandbox._POOL.idle[-1].host_root != str(old_root)
+    finally:
+        alive.kill()
+        alive.wait()
+        import shutil
+        shutil.rmtree(kept, ignore_errors=True)
+        if stale.exists():
+            (stale / "w1" / "sub").chmod(0o700)
+            shutil.rmtree(stale, ignore_errors=True)
+        sandbox.close_servers()
