@@ -259,6 +259,9 @@ CASES = [
     # -- 4. exhausting the judge, other ----------------------------------------------------------------------
     Case("sleep_past_the_limit", "4", LINEAR, "import time\ndef f(x):\n    time.sleep(60)\n",
          r"^timeout after 2s \(0/3 tests passed before\)", None, runs_long=True),
+    Case("never_ending_iterator", "4", ["assert list(evens(7)) == [0, 2, 4, 6]"],
+         "import itertools\ndef evens(n):\n    return itertools.count(0, 2)\n",
+         r"^timeout after 2s|yielded more than \d+ items", None, runs_long=True),
     Case("huge_result", "4", LINEAR, "def f(x):\n    return 'x' * 20_000_000\n",
          r"^anomaly: a \d+-byte message on the call channel", "anomaly"),
     Case("bottomless_result", "4", LINEAR,
