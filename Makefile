@@ -27,7 +27,7 @@ help:
 	@echo "make doctor       which devices and rollout engines work on this machine, and why not"
 	@echo "make gpu-check    the CUDA-only tests (vLLM sleep mode, NCCL, bf16); skips without a GPU"
 	@echo "make demo-table   print README's before/after table from a run dir: make demo-table RUN=runs/demo-..."
-	@echo "make bench        install TRL too, then run bench/run.py (rlvr vs TRL, engines, learner MFU, sync vs async: ~25 min; the vLLM section: 38 min on a loaded machine)"
+	@echo "make bench        install TRL too, then run bench/run.py (rlvr vs TRL at both defaults and at equal settings, engines, learner MFU, sync vs async: ~45 min; the vLLM section: 38 min on a loaded machine)"
 	@echo "make build-model  rebuild src/rlvr/models/builtin with scripts/build_base_model.py"
 	@echo "make clean        remove .venv and runs/"
 
