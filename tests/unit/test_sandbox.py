@@ -291,7 +291,9 @@ def test_stale_server_dirs_are_swept_at_start_up_and_on_restart(monkeypatch: pyt
     alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     base = Path(tempfile.gettempdir())
     stale, kept = base / f"rlvr-sandbox-{dead.pid}-test", base / f"rlvr-sandbox-{alive.pid}-test"
+    legacy = base / "rlvr-sandbox-12345678"  # an older name with no owner pid (digits by chance): not touched
     try:
+        legacy.mkdir()
         for d in (stale, kept):
             (d / "w1" / "sub").mkdir(parents=True)
             (d / "w1" / "sub" / "f").write_text("left by a killed verifier")
@@ -300,6 +302,7 @@ def test_stale_server_dirs_are_swept_at_start_up_and_on_restart(monkeypatch: pyt
         assert run_python("print(1)", **QUICK).stdout == "1\n"  # a fresh server: the start-up sweep ran
         assert not stale.exists()
         assert kept.is_dir()  # its owner lives: another run on this machine
+        assert legacy.is_dir()
         # a server killed while idle: the pool's restart removes its directory
         server = sandbox._POOL.idle[-1]
         old_root = Path(server.host_root)
@@ -313,6 +316,7 @@ def test_stale_server_dirs_are_swept_at_start_up_and_on_restart(monkeypatch: pyt
         alive.wait()
         import shutil
         shutil.rmtree(kept, ignore_errors=True)
+        shutil.rmtree(legacy, ignore_errors=True)
         if stale.exists():
             (stale / "w1" / "sub").chmod(0o700)
             shutil.rmtree(stale, ignore_errors=True)

@@ -229,8 +229,9 @@ def _sweep_stale_server_dirs() -> None:
     except OSError:
         return
     for name in names:
-        pid = name[len(_DIR_PREFIX):].split("-", 1)[0] if name.startswith(_DIR_PREFIX) else ""
-        if not pid.isdigit() or int(pid) == os.getpid() or os.path.exists(f"/proc/{pid}"):
+        # only `rlvr-sandbox-<pid>-<random>`: an older name without a pid (`rlvr-sandbox-<random>`) is left alone
+        pid, sep, _ = name[len(_DIR_PREFIX):].partition("-") if name.startswith(_DIR_PREFIX) else ("", "", "")
+        if not sep or not pid.isdigit() or int(pid) == os.getpid() or os.path.exists(f"/proc/{pid}"):
             continue
         path = os.path.join(base, name)
         if os.path.isdir(path) and not os.path.islink(path):
