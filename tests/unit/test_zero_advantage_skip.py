@@ -10,6 +10,7 @@ import torch
 
 from rlvr.algorithms import LOSSES
 from rlvr.config import Config
+import rlvr.learner.learner as learner_module
 from rlvr.learner.learner import Learner
 from rlvr.models import load_causal_lm
 from rlvr.models.logprobs import token_logprobs
@@ -73,18 +74,26 @@ def test_skipping_dead_rows_gives_the_full_batch_gradient(tiny_model_dir):
 
 
 @pytest.mark.parametrize("over", [{}, {"mini_batches": 2, "ppo_epochs": 2}])
-def test_a_batch_with_no_live_row_takes_the_same_optimizer_step_without_a_forward(tiny_model_dir, over):
-    """All advantages zero: no forward and no backward run; the optimizer steps on exact zero gradients, as the
-    full update does (AdamW's weight decay and the step count move): parameters and optimizer state are
-    bit-identical to the full update's."""
+def test_a_batch_with_no_live_row_takes_the_same_optimizer_step_without_a_forward(tiny_model_dir, over, monkeypatch):
+    """All advantages zero: no backward runs, and no forward but a no-grad one of a single row, for the
+    train/inference gap diagnostic; the optimizer steps on exact zero gradients, as the full update does (AdamW's
+    weight decay and the step count move): parameters and optimizer state are bit-identical to the full
+    update's."""
     base = load_causal_lm(tiny_model_dir)
     batch = _batch(base, (0.0,) * 8)
     m_full, m_skip = copy.deepcopy(base), copy.deepcopy(base)
     _, _, full = _update_capturing_grads(m_full, _cfg(False, **over), batch)
-    forwards = []
-    m_skip.register_forward_pre_hook(lambda *_: forwards.append(1))
+    forwards: list[tuple[int, bool]] = []  # (rows, grad enabled) of every forward the learner runs
+    real_forward = learner_module.forward_tokens
+
+    def counting_forward(model, input_ids, *args, **kwargs):
+        forwards.append((len(input_ids), torch.is_grad_enabled()))
+        return real_forward(model, input_ids, *args, **kwargs)
+
+    monkeypatch.setattr(learner_module, "forward_tokens", counting_forward)
     stats, grads, skip = _update_capturing_grads(m_skip, _cfg(True, **over), batch)
-    assert forwards == []
+    assert forwards == [(1, False)]  # one row, no grad: the gap diagnostic of the first mini-batch
+    assert 0 <= stats["rollout/logprob_abs_diff"] < 1e-5  # the learner is the policy whose log-probs these are
     assert stats["zero_adv_rows_skipped_frac"] == 1.0 and stats["train_tokens"] == 0
     assert grads and all(g is not None and not g.any() for g in grads)  # exact zeros on every trainable param
     for p, q in zip(m_full.parameters(), m_skip.parameters()):

@@ -178,6 +178,30 @@ class Learner:
             if p.grad is None and (reached is None or id(p) in reached):
                 p.grad = torch.zeros_like(p)
 
+    @torch.no_grad()
+    def _gap_without_backward(self, batch: Batch, rows: torch.Tensor) -> tuple[float, float]:
+        """|log pi_learner - log pi_engine| summed over tokens (and the token count) for a dead first mini-batch,
+        so `rollout/logprob_abs_diff` is still reported: free when the old log-probs were recomputed (they are the
+        learner's), else from a no-grad forward of one row (not on a sharded model, where a forward is a
+        collective the other ranks would not join)."""
+        if not len(rows):
+            return 0.0, 0.0
+        if batch.behaviour_logprobs is not None:
+            if not self._recompute_old or batch.old_logprobs is None:
+                return 0.0, 0.0
+            idx = rows.to(self.device)
+            mask = batch.mask[idx]
+            return float(((batch.old_logprobs[idx] - batch.behaviour_logprobs[idx]).abs() * mask).sum()), \
+                float(mask.sum())
+        if self._recompute_old or self.sharded or batch.old_logprobs is None:
+            return 0.0, 0.0
+        mb = batch.select(rows[:1])
+        out = forward_tokens(self.model, mb.input_ids, mb.attention_mask, mb.mask, self.temperature,
+                             pack_tokens=self.cfg.train.pack_tokens, mm_inputs=mb.mm_inputs)
+        n = out.logprobs.shape[1]
+        mask = mb.mask[:, :n]
+        return float(((out.logprobs - mb.old_logprobs[:, :n]).abs() * mask).sum()), float(mask.sum())
+
     def _micro_batches(self, rows: torch.Tensor) -> list[torch.Tensor]:
         return list(torch.split(rows, self.cfg.train.micro_batch_size))
 
@@ -356,6 +380,9 @@ class Learner:
                     self._reached_params = {id(p) for p in self._trainable() if p.grad is not None}
                 else:  # nothing live in this mini-batch: its gradient is exactly zero
                     self._zero_missing_grads()
+                    if not grad_norms and not skipped:  # still the sampling policy: the train/inference gap
+                        g_sum, g_tokens = self._gap_without_backward(batch, mb_rows)
+                        gap_sum, gap_tokens = gap_sum + g_sum, gap_tokens + g_tokens
                 grad_norm = self._reduce_and_step(loss_total, critic_only)
                 if grad_norm is None:
                     skipped += 1
