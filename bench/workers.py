@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -377,6 +378,7 @@ def trl_train(args: dict[str, Any]) -> None:
     start = time.perf_counter()
     trainer.train()
     wall = time.perf_counter() - start
+    shutil.rmtree(tmp, ignore_errors=True)  # TRL's output_dir (nothing is saved there)
     steps_out = [{"step_s": s, "rollout_s": r, "train_s": s - r, "response_tokens": c,
                   "train_tokens": c + p, "zero_std_frac": z, "samples": k}
                  for s, r, c, p, z, k in zip(step_s, record["rollout_s"], record["response_tokens"],
