@@ -29,7 +29,7 @@ help:
 	@echo "make gpu-wheels   download into .whl/ the wheels an offline GPU machine lacks (CPython 3.12; under 45 MiB)"
 	@echo "                  for scripts/gpu_check.sh, the one-command GPU check (docs/scaling.md, \"On a GPU\")"
 	@echo "make demo-table   print README's before/after table from a run dir: make demo-table RUN=runs/demo-..."
-	@echo "make bench        install TRL too, then run bench/run.py (rlvr vs TRL, engines, learner MFU, sync vs async: ~25 min; the vLLM section: 38 min on a loaded machine)"
+	@echo "make bench        install TRL too, then run bench/run.py (rlvr vs TRL at both defaults and at equal settings, engines, learner MFU, sync vs async: ~45 min; the vLLM section: 38 min on a loaded machine)"
 	@echo "make build-model  rebuild src/rlvr/models/builtin with scripts/build_base_model.py"
 	@echo "make clean        remove .venv and runs/"
 

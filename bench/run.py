@@ -1,6 +1,11 @@
 #!/usr/bin/env python
 """rlvr's benchmarks, side by side in one run (DESIGN.md, "Performance stance"):
 
+0. defaults: rlvr vs TRL's GRPOTrainer as a user runs them, each at its own defaults (rlvr: recipes/grpo.yaml
+   as shipped; TRL: GRPOConfig's defaults, bf16 autocast and gradient checkpointing included) and natural
+   response lengths (EOS ends a sample), only the batch shape (rlvr's 16 prompts x 8 samples) and the model
+   shared; the two alternated over rounds (ABBA), each in its own process; s/step and seconds per response
+   token, per-round ratios with their median and [min, max].
 1. rlvr vs TRL's GRPOTrainer: the same model, addition prompts, prompts per step, samples per prompt, max new
    tokens, lr, one optimizer step per batch, number of steps; seconds/step, rollout and train tokens/s, peak
    RSS, and the rlvr/TRL ratios. Each framework runs in its own process.
@@ -86,7 +91,11 @@ VLLM_FULL = [
 VLLM_QUICK = [{"model": "builtin", "prompts": 8, "n": 8, "max_new_tokens": 16, "rounds": 2, "reps": 1, "syncs": 2}]
 FULL["vllm"] = VLLM_FULL
 
+# Section 0 ("defaults"): both trainers at their defaults, alternated; the shared batch shape is rlvr's recipe's.
+FULL["defaults"] = [{"model": "builtin", "prompts": 16, "n": 8, "steps": 5, "rounds": 3}]
+
 QUICK = {
+    "defaults": [{"model": "builtin", "prompts": 2, "n": 2, "steps": 1, "rounds": 1}],
     "e2e": [{"model": "builtin", "prompts": 2, "n": 2, "max_new_tokens": 8, "lr": 1e-4, "steps": 1,
              "rlvr_engines": ["fast"]}],
     "generation": [{"model": "builtin", "prompts": 2, "n": 2, "max_new_tokens": 8, "reps": 1, "compile": False}],
@@ -98,7 +107,7 @@ QUICK = {
 # VLM rollout (issue 15): bench/vlm_rollout.py in its own process, one thread, the two sides alternated per round.
 FULL["vlm"] = [{"prompts": 16, "n": 8, "max_new": 32, "rounds": 5}]
 QUICK["vlm"] = [{"prompts": 2, "n": 2, "max_new": 8, "rounds": 2}]
-SECTIONS = ("e2e", "generation", "learner", "async", "vllm", "vlm")
+SECTIONS = ("defaults", "e2e", "generation", "learner", "async", "vllm", "vlm")
 
 
 def machine() -> dict[str, Any]:
@@ -158,6 +167,7 @@ def run_all(plan: dict[str, Any], sections: Sequence[str] = SECTIONS) -> dict[st
     results: dict[str, Any] = {"peak": call("peak", {})}
     peak_flops = results["peak"]["peak_matmul_gflops"] * 1e9
     plan = {k: (v if k in sections else []) for k, v in plan.items()}
+    results["defaults"] = [defaults_block(spec) for spec in plan.get("defaults", [])]
     results["e2e"] = []
     for spec in plan["e2e"]:
         base = {k: v for k, v in spec.items() if k != "rlvr_engines"}
@@ -330,6 +340,67 @@ def vllm_block(spec: dict[str, Any]) -> dict[str, Any]:
     return block
 
 
+def defaults_block(spec: dict[str, Any]) -> dict[str, Any]:
+    """Section 0: rlvr and TRL at their defaults, alternated rlvr, TRL / TRL, rlvr / ... (ABBA, so a drift in the
+    machine's load falls on both), each run in its own process; per-round ratios (TRL ÷ rlvr: s/step, and
+    seconds per response token over whole steps), their median and [min, max], and the load before each run."""
+    args = {"model": spec["model"], "prompts": spec["prompts"], "n": spec["n"], "steps": spec["steps"],
+            "defaults": True}
+    rounds: list[dict[str, Any]] = []
+    for i in range(spec["rounds"]):
+        order = ("rlvr", "trl") if i % 2 == 0 else ("trl", "rlvr")
+        one: dict[str, Any] = {"order": list(order)}
+        for side in order:
+            one[f"{side}_load_1min"] = os.getloadavg()[0]
+            try:
+                one[side] = call("rlvr_train" if side == "rlvr" else "trl_train", {**args, "round": i}, timeout=1800)
+            except (RuntimeError, subprocess.TimeoutExpired) as err:
+                one[side] = {"error": str(err)[-1500:]}
+        if "step_s" in one["rlvr"] and "step_s" in one["trl"]:
+            one["per_step"] = one["trl"]["step_s"] / one["rlvr"]["step_s"]
+            one["per_response_token"] = (one["trl"]["step_s_per_response_token"]
+                                         / one["rlvr"]["step_s_per_response_token"])
+        rounds.append(one)
+    out: dict[str, Any] = {"settings": spec, "rounds": rounds}
+    for key in ("per_step", "per_response_token"):
+        values = [r[key] for r in rounds if key in r]
+        if values:
+            out[key] = {"median": statistics.median(values), "min": min(values), "max": max(values), "rounds": values}
+    for side in ("rlvr", "trl"):
+        ok = [r[side] for r in rounds if "step_s" in r[side]]
+        if ok:
+            out[side] = {k: statistics.median(r[k] for r in ok)
+                         for k in ("step_s", "step_s_per_response_token", "response_tokens_per_step", "rollout_s",
+                                   "train_s", "peak_rss_mb")}
+            out[side]["samples_per_step"] = statistics.median(r.get("samples_per_step", 0.0) for r in ok)
+            out[side]["settings"] = ok[0].get("settings", {})
+    loads = [r[f"{side}_load_1min"] for r in rounds for side in ("rlvr", "trl")]
+    out["load_1min"] = [min(loads), max(loads)]
+    return out
+
+
+def defaults_markdown(res: dict[str, Any]) -> list[str]:
+    lines = ["", "**0. rlvr vs TRL GRPOTrainer, both at their defaults** (natural response lengths; the batch shape "
+             "shared; alternated ABBA, each run in its own process; median over rounds, per-round ratios [min, max])",
+             "", "| model | rounds | rlvr s/step | TRL s/step | response tokens/step rlvr / TRL | samples/step | "
+             "TRL ÷ rlvr per step | TRL ÷ rlvr per response token | load (1 min) |", "|---|---|---|---|---|---|---|---|---|"]
+    for b in res.get("defaults", []):
+        st = b["settings"]
+        if "per_step" not in b:
+            lines.append(f"| {st['model']} | {st['rounds']} | failed | | | | | | |")
+            continue
+        r, t, ps, pt = b["rlvr"], b["trl"], b["per_step"], b["per_response_token"]
+        lines.append(f"| {st['model']} | {len(ps['rounds'])} | {fmt(r['step_s'])} | {fmt(t['step_s'])} | "
+                     f"{fmt(r['response_tokens_per_step'], 0)} / {fmt(t['response_tokens_per_step'], 0)} | "
+                     f"{fmt(r['samples_per_step'], 0)} / {fmt(t['samples_per_step'], 0)} | "
+                     f"**{fmt(ps['median'])}** [{fmt(ps['min'])}, {fmt(ps['max'])}] | "
+                     f"**{fmt(pt['median'])}** [{fmt(pt['min'])}, {fmt(pt['max'])}] | "
+                     f"{b['load_1min'][0]:.1f}-{b['load_1min'][1]:.1f} |")
+        lines.append("")
+        lines.append(f"rlvr: {r['settings']}; TRL: {t['settings']}.")
+    return lines
+
+
 def vlm_block(spec: dict[str, Any]) -> dict[str, Any]:
     """bench/vlm_rollout.py with `spec`; adds rlvr ÷ generate tokens/s per round (the two sides of one round run
     back to back) with its median and [min, max]."""
@@ -406,6 +477,8 @@ def print_tables(res: dict[str, Any]) -> None:
     print(f"\nMachine: {res['machine'].get('Model name', '?')}, {res['machine'].get('cpus')} CPUs, torch threads "
           f"{p['env']['threads']}; fp32 matmul peak {fmt(p['peak_matmul_gflops'], 1)} GFLOP/s, memory copy "
           f"{fmt(p['copy_gbps'], 1)} GB/s, read {fmt(p['read_gbps'], 1)} GB/s")
+    if res.get("defaults"):
+        print("\n".join(defaults_markdown(res)))
     print("\n1. rlvr vs TRL GRPOTrainer (median s/step over measured steps; step 1 excluded)")
     print(f"{'model':10} {'framework':18} {'s/step':>8} {'steps/s x':>9} {'rollout tok/s':>13} {'train tok/s':>11} "
           f"{'peak RSS MB':>11} {'RSS x':>6} {'train MFU':>9}")
@@ -507,6 +580,7 @@ def markdown(res: dict[str, Any]) -> str:
              f"Machine peaks: fp32 matmul {fmt(p['peak_matmul_gflops'], 1)} GFLOP/s (best of "
              f"{', '.join(k[2:-7] for k in p if k.startswith('mm') and k.endswith('_gflops'))} square), memory "
              f"copy {fmt(p['copy_gbps'], 1)} GB/s, read {fmt(p['read_gbps'], 1)} GB/s.", "",
+             *defaults_markdown(res), "",
              "**1. rlvr vs TRL GRPOTrainer** (median over the measured steps; the first step is warm-up)", "",
              "| model | framework | s/step | rlvr steps/s ÷ TRL | rollout tok/s | train tok/s | peak RSS MB | RSS ÷ TRL "
              "| train-phase MFU |", "|---|---|---|---|---|---|---|---|---|"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -164,7 +165,8 @@ def floors(args: dict[str, Any]) -> None:
 
 
 def rlvr_train(args: dict[str, Any]) -> None:
-    """`rlvr.trainer.loop.train` on recipes/grpo.yaml with the shared settings; per-step figures from its
+    """`rlvr.trainer.loop.train` on recipes/grpo.yaml with the shared settings (with `defaults`: the recipe as
+    it ships, only the model, the batch shape, the number of steps and no evaluation set); per-step figures from its
     metrics.jsonl (step 1 is warm-up and excluded). Checkpoint/final-model writes are skipped: they come after
     the measured steps and are disk I/O, not training."""
     import rlvr.trainer.loop as loop
@@ -175,25 +177,36 @@ def rlvr_train(args: dict[str, Any]) -> None:
     run.save_checkpoint = lambda *a, **k: None
     loop.save_hf_dir = lambda *a, **k: None
     loop.write_report = lambda *a, **k: None
-    steps, P, n, M = args["steps"] + 1, args["prompts"], args["n"], args["max_new_tokens"]
-    extra = [f"train.micro_batch_size={args.get('micro_batch_size', P * n)}", *args.get("overrides", [])]
-    if args.get("equal_share") is not None:  # the share-controlled reward (common.share_rewards) instead
-        _register_share_reward()
-        extra.append(f"rewards=[{{name: bench_share, share: {args['equal_share']}}}]")
-    with tempfile.TemporaryDirectory(prefix="rlvr-bench-") as tmp:
-        cfg = load_config(ROOT / "recipes" / "grpo.yaml", [
+    steps = args["steps"] + 1
+    if args.get("defaults"):  # as a user runs it: the recipe's every setting, bar the steps and no evaluation
+        settings = [f"model.path={model_dir(args['model'])}", f"train.steps={steps}",  # and the batch shape
+                    f"train.prompts_per_step={args['prompts']}", f"rollout.n={args['n']}"]
+    else:
+        P, n, M = args["prompts"], args["n"], args["max_new_tokens"]
+        settings = [
             f"model.path={model_dir(args['model'])}", f"rollout.engine={args['engine']}", f"train.steps={steps}",
             f"train.prompts_per_step={P}", f"rollout.n={n}", f"rollout.max_new_tokens={M}",
             f"optim.lr={args['lr']}", "optim.warmup_steps=0", "train.mini_batches=1",
-            "eval.before=false", "eval.after=false", "logging.progress=false",
+            f"train.micro_batch_size={args.get('micro_batch_size', P * n)}", *args.get("overrides", [])]
+    if args.get("equal_share") is not None:  # the share-controlled reward (common.share_rewards) instead
+        _register_share_reward()
+        settings.append(f"rewards=[{{name: bench_share, share: {args['equal_share']}}}]")
+    with tempfile.TemporaryDirectory(prefix="rlvr-bench-") as tmp:
+        cfg = load_config(ROOT / "recipes" / "grpo.yaml", [
+            *settings, "eval.before=false", "eval.after=false", "logging.progress=false",
             "logging.rollouts_every=0", "checkpoint.every=0", f"run.dir={tmp}/run", "logging.console_every=1000",
-            *extra,
         ])
         start = time.perf_counter()
         loop.train(cfg)
         wall = time.perf_counter() - start
         metrics = read_metrics(Path(tmp) / "run")
-    emit(_summarise_steps(metrics[1:], wall=wall, framework="rlvr", engine=args["engine"]))
+    for m in metrics:
+        m["samples"] = m["response_tokens"] / max(m["response_length_mean"], 1e-9)
+    emit(_summarise_steps(metrics[1:], wall=wall, framework="rlvr", engine=cfg.rollout.engine,
+                          settings={"prompts_per_step": cfg.train.prompts_per_step, "n": cfg.rollout.n,
+                                    "max_new_tokens": cfg.rollout.max_new_tokens, "lr": cfg.optim.lr,
+                                    "mini_batches": cfg.train.mini_batches,
+                                    "micro_batch_size": cfg.train.micro_batch_size}))
 
 
 def _register_share_reward() -> None:
@@ -230,6 +243,11 @@ def _summarise_steps(steps: list[dict[str, Any]], **extra: Any) -> dict[str, Any
         "response_tokens_per_step": statistics.mean(m["response_tokens"] for m in steps),
         "train_tokens_per_step": statistics.mean(m["train_tokens"] for m in steps),
     }
+    if all("samples" in m for m in steps):
+        out["samples_per_step"] = statistics.mean(m["samples"] for m in steps)
+        out["response_length_mean"] = out["response_tokens_per_step"] / max(out["samples_per_step"], 1e-9)
+    # seconds per response token over whole steps (rollout + learner): the per-token comparison
+    out["step_s_per_response_token"] = sum(m["step_s"] for m in steps) / max(sum(m["response_tokens"] for m in steps), 1)
     if all("zero_std_frac" in m for m in steps):  # the share of all-equal groups the steps actually had
         out["all_equal_share"] = statistics.mean(m["zero_std_frac"] for m in steps)
     out.update(extra)
@@ -287,9 +305,10 @@ def rlvr_async(args: dict[str, Any]) -> None:
 def trl_train(args: dict[str, Any]) -> None:
     """TRL's GRPOTrainer with the same model, prompts, group size, completion length, lr, one optimizer step
     per generation batch, fp32 and no gradient checkpointing (rlvr's defaults on CPU; TRL's own defaults are
-    bf16 autocast and gradient checkpointing on). Rollout time = `_generate_and_score_completions`.
-    args device=cuda, dtype=bfloat16 (scripts/gpu/check.py): on the GPU, the model loaded in bf16 as rlvr's
-    model.dtype=auto loads it there, with TRL's bf16 flag on."""
+    bf16 autocast and gradient checkpointing on). With `defaults`: TRL's own defaults for all of that, only the
+    batch shape (prompts x samples per step) set to rlvr's recipe's. Rollout time =
+    `_generate_and_score_completions`. args device=cuda, dtype=bfloat16 (scripts/gpu/check.py): on the GPU, the
+    model loaded in bf16 as rlvr's model.dtype=auto loads it there, with TRL's bf16 flag on."""
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, TrainerCallback
@@ -298,7 +317,7 @@ def trl_train(args: dict[str, Any]) -> None:
     from rlvr.models import load_tokenizer
     from rlvr.tasks import build_task
 
-    steps, P, n, M = args["steps"] + 1, args["prompts"], args["n"], args["max_new_tokens"]
+    steps, P, n = args["steps"] + 1, args["prompts"], args["n"]
     path = model_dir(args["model"])
     tok = load_tokenizer(path)
     task = build_task("addition", {})
@@ -321,17 +340,22 @@ def trl_train(args: dict[str, Any]) -> None:
     on_cpu = args.get("device", "cpu") == "cpu"
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
     tmp = tempfile.mkdtemp(prefix="trl-bench-")
-    config = GRPOConfig(
-        output_dir=tmp, per_device_train_batch_size=P * n, gradient_accumulation_steps=1, num_generations=n,
-        max_completion_length=M, learning_rate=args["lr"], lr_scheduler_type="constant", warmup_steps=0,
-        max_steps=steps, num_iterations=1, beta=0.0, epsilon=0.2, temperature=1.0, top_p=1.0, top_k=0,
-        max_grad_norm=1.0, use_cpu=on_cpu, bf16=dtype == torch.bfloat16, gradient_checkpointing=False, logging_steps=1,
-        report_to="none", save_strategy="no", disable_tqdm=True, seed=0, dataloader_num_workers=0,
-        log_completions=False, shuffle_dataset=False,
-    )
+    # what every run needs: where, how long, on which device, no reporting or saving (not behaviour)
+    plumbing = dict(output_dir=tmp, max_steps=steps, use_cpu=on_cpu, logging_steps=1, report_to="none",
+                    save_strategy="no", disable_tqdm=True, seed=0)
+    if args.get("defaults"):  # TRL's defaults for everything else, bar the batch shape (rlvr's recipe's)
+        config = GRPOConfig(**plumbing, per_device_train_batch_size=P * n, num_generations=n)
+    else:
+        config = GRPOConfig(
+            **plumbing, per_device_train_batch_size=P * n, gradient_accumulation_steps=1, num_generations=n,
+            max_completion_length=args["max_new_tokens"], learning_rate=args["lr"], lr_scheduler_type="constant",
+            warmup_steps=0, num_iterations=1, beta=0.0, epsilon=0.2, temperature=1.0, top_p=1.0, top_k=0,
+            max_grad_norm=1.0, bf16=dtype == torch.bfloat16, gradient_checkpointing=False,
+            dataloader_num_workers=0, log_completions=False, shuffle_dataset=False,
+        )
     trainer = GRPOTrainer(model=model, reward_funcs=addition_reward, args=config, train_dataset=data,
                           processing_class=tok)
-    record: dict[str, list[float]] = {"rollout_s": [], "response_tokens": [], "prompt_tokens": []}
+    record: dict[str, list[float]] = {"rollout_s": [], "response_tokens": [], "prompt_tokens": [], "samples": []}
     original = trainer._generate_and_score_completions
 
     def timed_generate(inputs: Any) -> Any:
@@ -339,6 +363,7 @@ def trl_train(args: dict[str, Any]) -> None:
         out = original(inputs)
         record["rollout_s"].append(time.perf_counter() - t)
         record["response_tokens"].append(float(out["completion_mask"].sum()))
+        record["samples"].append(float(out["completion_mask"].shape[0]))
         record["prompt_tokens"].append(float(out["prompt_mask"].sum()))
         return out
 
@@ -356,11 +381,18 @@ def trl_train(args: dict[str, Any]) -> None:
     start = time.perf_counter()
     trainer.train()
     wall = time.perf_counter() - start
+    shutil.rmtree(tmp, ignore_errors=True)  # TRL's output_dir (nothing is saved there)
     steps_out = [{"step_s": s, "rollout_s": r, "train_s": s - r, "response_tokens": c,
-                  "train_tokens": c + p, "zero_std_frac": z}
-                 for s, r, c, p, z in zip(step_s, record["rollout_s"], record["response_tokens"],
-                                          record["prompt_tokens"], shares)]
-    emit(_summarise_steps(steps_out[1:], wall=wall, framework="trl", engine="transformers generate"))
+                  "train_tokens": c + p, "zero_std_frac": z, "samples": k}
+                 for s, r, c, p, z, k in zip(step_s, record["rollout_s"], record["response_tokens"],
+                                             record["prompt_tokens"], shares, record["samples"])]
+    emit(_summarise_steps(steps_out[1:], wall=wall, framework="trl", engine="transformers generate",
+                          settings={"per_device_train_batch_size": config.per_device_train_batch_size,
+                                    "num_generations": config.num_generations,
+                                    "max_completion_length": config.max_completion_length,
+                                    "lr": config.learning_rate, "bf16": config.bf16,
+                                    "gradient_checkpointing": config.gradient_checkpointing,
+                                    "loss_type": config.loss_type}))
 
 
 # -- generation: engines vs model.generate ---------------------------------------------------------------------

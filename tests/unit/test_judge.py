@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import sys
+import time
 
 import pytest
 
 from rlvr.rewards.code import run_unit_tests
 from rlvr.rewards.judge import Channel, ProgramAnomaly, ProgramObject, outputs_match, run_test
+from rlvr.rewards.judge import channel
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox targets Linux")
 
@@ -89,6 +91,43 @@ def test_objects_of_the_program_can_be_called_and_read_but_not_compared(layer: s
     # a test that swallows the refusal still fails: the anomaly is sticky
     r = run_test(program, "try:\n    bool(build(2))\nexcept Exception:\n    pass", **T)
     assert not r.passed and r.flag == "anomaly" and "(truth value)" in r.reason
+
+
+def test_a_programs_iterables_can_be_iterated_item_by_item_as_plain_data(layer: str,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    gen = "def evens(n):\n    for i in range(n):\n        if i % 2 == 0:\n            yield i\n"
+    for test in ("assert list(evens(7)) == [0, 2, 4, 6]", "assert sum(evens(7)) == 12",
+                 "g = evens(5)\nassert next(g) == 0 and next(g) == 2 and next(g) == 4\nassert next(g, 'end') == 'end'",
+                 "out = []\nfor x in evens(4):\n    out.append(x)\nassert out == [0, 2]",
+                 "assert sorted(evens(6), reverse=True) == [4, 2, 0] and tuple(evens(0)) == ()"):
+        r = run_test(gen, test, **T)
+        assert r.passed, (test, r.reason)
+    # a class with __iter__ (and __len__): a fresh iterator each time; len() crosses as an exact int
+    bag = ("class Bag:\n    def __init__(self, *xs):\n        self.xs = list(xs)\n"
+           "    def __iter__(self):\n        return iter(self.xs)\n    def __len__(self):\n        return len(self.xs)\n"
+           "def make():\n    return Bag(3, (1, 'a'), [None])\n")
+    r = run_test(bag, "b = make()\nassert list(b) == [3, (1, 'a'), [None]] and list(b) == list(b) and len(b) == 3", **T)
+    assert r.passed, r.reason
+    # items are decoded like any result: a program object among them still refuses to be compared
+    fake = ("class Any:\n    def __eq__(self, other):\n        return True\n"
+            "def g():\n    yield 1\n    yield Any()\n")
+    r = run_test(fake, "assert list(g()) == [1, 2]", **T)
+    assert r.flag == "anomaly" and "object of type Any" in r.reason and "(==)" in r.reason, r.reason
+    # the cap on items (lowered here to keep the test short): a never-ending iterator fails on it; the time
+    # limit is generous, 100x the time of the 1000 round trips that the cap allows
+    monkeypatch.setattr(channel, "ITEM_LIMIT", 1000)
+    start = time.monotonic()
+    assert run_test("def g():\n    return iter(range(1000))\n", "assert sum(g()) == 499500", timeout=60,
+                    memory_mb=256).passed
+    limit = 100 * (time.monotonic() - start)
+    r = run_test("import itertools\ndef g():\n    return itertools.count()\n", "assert list(g()) == []",
+                 timeout=max(5.0, limit), memory_mb=256)
+    assert not r.passed and "yielded more than 1000 items" in r.reason, r.reason
+    # what cannot be iterated says so, as a wrong answer
+    r = run_test("class P:\n    pass\ndef f():\n    return P()\n", "assert list(f()) == []", **T)
+    assert not r.passed and r.flag is None and "not iterable" in r.reason, r.reason
+    r = run_test("def f():\n    return iter([1])\n", "assert len(f()) == 1", **T)
+    assert not r.passed and r.flag is None and "has no len()" in r.reason, r.reason
 
 
 def test_library_objects_are_wrong_answers_not_anomalies_and_numpy_is_plain(layer: str) -> None:

@@ -152,6 +152,39 @@ def test_parent_environment_is_invisible(monkeypatch: pytest.MonkeyPatch, layer:
     _blocked(r, "another process's /proc")
 
 
+def test_listing_host_directories_is_blocked_even_with_the_interpreter_under_tmp(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import subprocess
+
+    # The README path on a machine without bubblewrap, from a clone in /tmp: the Python guard alone, and an
+    # interpreter whose trees (readable) lie under /tmp, which makes /tmp and / ancestors of readable trees.
+    monkeypatch.setenv("RLVR_SANDBOX", "none")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    monkeypatch.setattr(sandbox, "INTERPRETER", str(venv / "bin" / "python"))
+    planted = tmp_path / "planted-name-7f3a"
+    planted.write_text("x")
+    sandbox.close_servers()
+    try:
+        r = run_python("import sys\nprint(sys.prefix)", **QUICK)
+        assert r.ok and r.stdout.strip() == str(venv), r  # the venv's interpreter runs the program
+        for top in ("/tmp", "/", str(tmp_path), str(venv.parent)):
+            r = run_python(f"import os\nprint(os.listdir({top!r}))", **QUICK)
+            _blocked(r, f"directory listing outside the readable trees (os.listdir {top})")
+            assert "planted-name" not in r.stdout + r.stderr
+        walk = ("import os\nn = 0\nfor root in ('/tmp', '/'):\n    for top, dirs, files in os.walk(root):\n"
+                "        n += len(files)\n        if 'planted-name-7f3a' in files:\n            print('found', top)\n"
+                "print(n)")
+        r = run_python(walk, **QUICK)
+        assert r.stdout == "0\n", r  # os.walk swallows the PermissionError: it sees nothing
+        _blocked(r, "directory listing outside the readable trees (os.scandir /tmp)")
+        # inside the readable trees and the work dir, listing still works (the import system needs it)
+        r = run_python(f"import os\nprint('python3' in os.listdir({str(venv / 'bin')!r}), os.listdir('.'))", **QUICK)
+        assert r.ok and r.stdout == "True []\n", r
+    finally:
+        sandbox.close_servers()
+
+
 def test_reading_files_outside_the_readable_trees_is_blocked(tmp_path: Path, layer: str) -> None:
     secret = tmp_path / "token"
     secret.write_text("hf_secret_token")
@@ -208,3 +241,83 @@ def test_runs_as_nobody_when_root_and_an_interpreter_allows_it(monkeypatch: pyte
     assert uid == str(sandbox.NOBODY)
     if layer == "guard":  # without the OS layer RLIMIT_NPROC bounds the processes; with it, the PID namespace
         assert nproc == str(sandbox.NPROC_LIMIT)
+
+
+def _gone(path: Path, pid: int, within: float) -> bool:
+    """Whether `path` no longer exists and process `pid` has exited (a zombie counts as exited), polling up to
+    `within` seconds."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            state = "gone"
+        if not path.exists() and state in ("gone", "Z", "X"):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_nothing_of_a_verifier_killed_with_sigkill_is_left(monkeypatch: pytest.MonkeyPatch) -> None:
+    import signal
+    import subprocess
+
+    monkeypatch.setenv("RLVR_SANDBOX", "none")  # without the OS layer the server's directory is on the host
+    verifier = ("import sys, time\nfrom rlvr.rewards import sandbox\nfrom rlvr.rewards.code import run_unit_tests\n"
+                "r = run_unit_tests('def f(x):\\n    return 3 * x + 2\\n', ['assert f(1) == 5'], timeout=60)\n"
+                "server = sandbox._POOL.idle[-1]\n"
+                "print(r.reward, server.host_root, server.proc.pid, flush=True)\ntime.sleep(600)\n")
+    start = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-c", verifier], stdout=subprocess.PIPE, text=True)
+    try:
+        reward, root, server_pid = proc.stdout.readline().split()
+        started = time.monotonic() - start  # the work of a verifier's start-up and one run, on this machine now
+        assert reward == "1.0" and Path(root).is_dir() and Path(root).name.startswith(f"rlvr-sandbox-{proc.pid}-")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    # the server sees its socket close, wipes its directory, removes it and exits
+    assert _gone(Path(root), int(server_pid), within=max(10.0, 5 * started)), os.listdir(Path(root).parent)
+
+
+def test_stale_server_dirs_are_swept_at_start_up_and_on_restart(monkeypatch: pytest.MonkeyPatch) -> None:
+    import signal
+    import subprocess
+    import tempfile
+
+    monkeypatch.setenv("RLVR_SANDBOX", "none")
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a pid whose process is gone
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    base = Path(tempfile.gettempdir())
+    stale, kept = base / f"rlvr-sandbox-{dead.pid}-test", base / f"rlvr-sandbox-{alive.pid}-test"
+    legacy = base / "rlvr-sandbox-12345678"  # an older name with no owner pid (digits by chance): not touched
+    try:
+        legacy.mkdir()
+        for d in (stale, kept):
+            (d / "w1" / "sub").mkdir(parents=True)
+            (d / "w1" / "sub" / "f").write_text("left by a killed verifier")
+        (stale / "w1" / "sub").chmod(0)  # even a tree a program made unreadable
+        sandbox.close_servers()
+        assert run_python("print(1)", **QUICK).stdout == "1\n"  # a fresh server: the start-up sweep ran
+        assert not stale.exists()
+        assert kept.is_dir()  # its owner lives: another run on this machine
+        assert legacy.is_dir()
+        # a server killed while idle: the pool's restart removes its directory
+        server = sandbox._POOL.idle[-1]
+        old_root = Path(server.host_root)
+        os.kill(server.proc.pid, signal.SIGKILL)
+        server.proc.wait()
+        assert run_python("print(2)", **QUICK).stdout == "2\n"
+        assert not old_root.exists()
+        assert sandbox._POOL.idle[-1].host_root != str(old_root)
+    finally:
+        alive.kill()
+        alive.wait()
+        import shutil
+        shutil.rmtree(kept, ignore_errors=True)
+        shutil.rmtree(legacy, ignore_errors=True)
+        if stale.exists():
+            (stale / "w1" / "sub").chmod(0o700)
+            shutil.rmtree(stale, ignore_errors=True)
+        sandbox.close_servers()

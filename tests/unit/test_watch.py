@@ -49,8 +49,10 @@ def test_heartbeat_thread_emits_and_stops() -> None:
     assert hb._thread is not None and not hb._thread.is_alive()
 
 
-def _groups(rewards: list[list[float]], reason: str = "no <answer> tag") -> list[SimpleNamespace]:
-    return [SimpleNamespace(samples=[SimpleNamespace(reward=r, meta={"reasons": {"correctness": reason}})
+def _groups(rewards: list[list[float | None]], reason: str = "no <answer> tag") -> list[SimpleNamespace]:
+    """Groups of samples with these rewards; None: an excluded sample (a non-finite reward, scored 0)."""
+    return [SimpleNamespace(samples=[SimpleNamespace(reward=r or 0.0, excluded=r is None,
+                                                     meta={"reasons": {"correctness": reason}})
                                      for r in rs]) for rs in rewards]
 
 
@@ -98,3 +100,14 @@ def test_lora_summary_counts_trainable_parameters() -> None:
     line = lora_summary(model, spec)
     assert line.startswith("LoRA adapters on (q_proj; r=2, alpha=4, dropout=0): ")
     assert f"trainable params {expected:,} of {total:,}" in line
+
+
+def test_zero_spread_leaves_excluded_samples_out() -> None:
+    """[1, 1, excluded] is a flat group (the excluded sample's stand-in 0 is no reward); the most common reward
+    is counted on valid samples only."""
+    out: list[str] = []
+    watch = ZeroSpreadWatch(frac=0.95, patience=2, emit=out.append)
+    flat = _groups([[1.0, 1.0, None, None]] * 20)
+    watch.observe(1, flat)
+    watch.observe(2, flat)
+    assert len(out) == 1 and "100% of groups" in out[0] and "most common reward 1" in out[0], out

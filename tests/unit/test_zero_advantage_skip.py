@@ -10,6 +10,7 @@ import torch
 
 from rlvr.algorithms import LOSSES
 from rlvr.config import Config
+import rlvr.learner.learner as learner_module
 from rlvr.learner.learner import Learner
 from rlvr.models import load_causal_lm
 from rlvr.models.logprobs import token_logprobs
@@ -72,19 +73,58 @@ def test_skipping_dead_rows_gives_the_full_batch_gradient(tiny_model_dir):
     assert any(g is not None and g.abs().max() > 0 for g in full)
 
 
-def test_a_batch_with_no_live_row_still_takes_the_same_optimizer_step(tiny_model_dir):
-    """All advantages zero: one micro-batch is kept so the optimizer steps on exact zeros, as the full update
-    does (AdamW's weight decay and the step count move): the parameters are bit-identical."""
+@pytest.mark.parametrize("over", [{}, {"mini_batches": 2, "ppo_epochs": 2}])
+def test_a_batch_with_no_live_row_takes_the_same_optimizer_step_without_a_forward(tiny_model_dir, over, monkeypatch):
+    """All advantages zero: no backward runs, and no forward but a no-grad one of a single row, for the
+    train/inference gap diagnostic; the optimizer steps on exact zero gradients, as the full update does (AdamW's
+    weight decay and the step count move): parameters and optimizer state are bit-identical to the full
+    update's."""
     base = load_causal_lm(tiny_model_dir)
     batch = _batch(base, (0.0,) * 8)
     m_full, m_skip = copy.deepcopy(base), copy.deepcopy(base)
-    _, _, full = _update_capturing_grads(m_full, _cfg(False), batch)
-    stats, _, skip = _update_capturing_grads(m_skip, _cfg(True), batch)
-    assert stats["zero_adv_rows_skipped_frac"] == pytest.approx(0.5)  # one micro-batch of 4 rows of 8 ran
+    _, _, full = _update_capturing_grads(m_full, _cfg(False, **over), batch)
+    forwards: list[tuple[int, bool]] = []  # (rows, grad enabled) of every forward the learner runs
+    real_forward = learner_module.forward_tokens
+
+    def counting_forward(model, input_ids, *args, **kwargs):
+        forwards.append((len(input_ids), torch.is_grad_enabled()))
+        return real_forward(model, input_ids, *args, **kwargs)
+
+    monkeypatch.setattr(learner_module, "forward_tokens", counting_forward)
+    stats, grads, skip = _update_capturing_grads(m_skip, _cfg(True, **over), batch)
+    assert forwards == [(1, False)]  # one row, no grad: the gap diagnostic of the first mini-batch
+    assert 0 <= stats["rollout/logprob_abs_diff"] < 1e-5  # the learner is the policy whose log-probs these are
+    assert stats["zero_adv_rows_skipped_frac"] == 1.0 and stats["train_tokens"] == 0
+    assert grads and all(g is not None and not g.any() for g in grads)  # exact zeros on every trainable param
     for p, q in zip(m_full.parameters(), m_skip.parameters()):
         assert torch.equal(p, q)
     assert any(not torch.equal(p, q) for p, q in zip(m_skip.parameters(), base.parameters()))  # weight decay
-    assert [s["step"] for s in skip.optimizer.state.values()] == [s["step"] for s in full.optimizer.state.values()]
+    full_state, skip_state = list(full.optimizer.state.values()), list(skip.optimizer.state.values())
+    assert len(full_state) == len(skip_state) > 0
+    for a, b in zip(full_state, skip_state):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert torch.equal(torch.as_tensor(a[key]), torch.as_tensor(b[key])), key
+
+
+def test_a_dead_batch_zeroes_only_the_parameters_a_backward_reaches(tiny_model_dir):
+    """A trainable parameter that no forward uses (as a vision tower on a text-only batch) gets no gradient from
+    a backward, so AdamW leaves it alone; after a live update, a dead one leaves it alone too. A live update and
+    then a dead one are bit-identical to the full path's two updates."""
+    base = load_causal_lm(tiny_model_dir)
+    base.register_parameter("unused", torch.nn.Parameter(torch.ones(3)))
+    live, dead = _batch(base, (1.0, -1.0, 0.5, -0.5) * 2), _batch(base, (0.0,) * 8)
+    models = []
+    for skip in (False, True):
+        model = copy.deepcopy(base)
+        learner = Learner(model, _cfg(skip))
+        learner.update(copy.deepcopy(live))
+        stats = learner.update(copy.deepcopy(dead))
+        assert stats.get("zero_adv_rows_skipped_frac", 1.0) == 1.0
+        assert torch.equal(model.unused, base.unused) and model.unused not in learner.optimizer.state
+        models.append(model)
+    for p, q in zip(*(m.parameters() for m in models)):
+        assert torch.equal(p, q)
 
 
 @pytest.mark.parametrize("change", [

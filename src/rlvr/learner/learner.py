@@ -127,6 +127,7 @@ class Learner:
                             if alg.entropy_target is not None else FixedKLController(alg.entropy_coef))
         self.skipped_steps = 0
         self.updates = 0  # RL batches seen (critic warm-up counts them)
+        self._reached_params: set[int] | None = None  # ids of the parameters the last backward gave a gradient
         # an extra loss that joins the first epoch's optimizer steps (SPARK's judge objective), set per update
         self.auxiliary: Any = None
         # Truncated IS against the engine's log-probs: asked for directly, or implied by asynchronous training.
@@ -161,14 +162,45 @@ class Learner:
 
     @staticmethod
     def _live_micro_batches(micro_batches: list[torch.Tensor], live: torch.Tensor) -> list[torch.Tensor]:
-        """The micro-batches without their dead rows (all-zero advantages), empty ones left out. When no row of
-        the mini-batch is live, the smallest micro-batch is kept whole: its backward gives the exact zero
-        gradients the full update would have, so the optimizer still steps (moments decay, weight decay acts)."""
+        """The micro-batches without their dead rows (all-zero advantages), empty ones left out: none at all
+        when no row of the mini-batch is live (`_zero_missing_grads` then stands in for its backward)."""
         kept = [rows[live[rows]] for rows in micro_batches]
-        kept = [rows for rows in kept if len(rows)]
-        if not kept and micro_batches:
-            kept = [min(micro_batches, key=len)]
-        return kept
+        return [rows for rows in kept if len(rows)]
+
+    def _zero_missing_grads(self) -> None:
+        """A mini-batch that ran no backward (every row dead): give the parameters its backward would have
+        reached an exact zero gradient, so the optimizer still steps as on the full update (moments decay,
+        weight decay acts, the step count moves), without a forward or a backward. Those parameters are the ones
+        the last backward reached (all trainable ones before the first); ones that already hold a gradient (a
+        sharded rank's padding pass, an auxiliary loss) keep it."""
+        reached = self._reached_params
+        for p in self._trainable():
+            if p.grad is None and (reached is None or id(p) in reached):
+                p.grad = torch.zeros_like(p)
+
+    @torch.no_grad()
+    def _gap_without_backward(self, batch: Batch, rows: torch.Tensor) -> tuple[float, float]:
+        """|log pi_learner - log pi_engine| summed over tokens (and the token count) for a dead first mini-batch,
+        so `rollout/logprob_abs_diff` is still reported: free when the old log-probs were recomputed (they are the
+        learner's), else from a no-grad forward of one row (not on a sharded model, where a forward is a
+        collective the other ranks would not join)."""
+        if not len(rows):
+            return 0.0, 0.0
+        if batch.behaviour_logprobs is not None:
+            if not self._recompute_old or batch.old_logprobs is None:
+                return 0.0, 0.0
+            idx = rows.to(self.device)
+            mask = batch.mask[idx]
+            return float(((batch.old_logprobs[idx] - batch.behaviour_logprobs[idx]).abs() * mask).sum()), \
+                float(mask.sum())
+        if self._recompute_old or self.sharded or batch.old_logprobs is None:
+            return 0.0, 0.0
+        mb = batch.select(rows[:1])
+        out = forward_tokens(self.model, mb.input_ids, mb.attention_mask, mb.mask, self.temperature,
+                             pack_tokens=self.cfg.train.pack_tokens, mm_inputs=mb.mm_inputs)
+        n = out.logprobs.shape[1]
+        mask = mb.mask[:, :n]
+        return float(((out.logprobs - mb.old_logprobs[:, :n]).abs() * mask).sum()), float(mask.sum())
 
     def _micro_batches(self, rows: torch.Tensor) -> list[torch.Tensor]:
         return list(torch.split(rows, self.cfg.train.micro_batch_size))
@@ -344,6 +376,13 @@ class Learner:
                     self._dummy_pass(batch)
                 if self.auxiliary is not None and epoch == 0:  # its share of the extra loss, in this same step
                     loss_total += self.auxiliary.backward(self.model, mb_index, len(splits))
+                if micro_batches:
+                    self._reached_params = {id(p) for p in self._trainable() if p.grad is not None}
+                else:  # nothing live in this mini-batch: its gradient is exactly zero
+                    self._zero_missing_grads()
+                    if not grad_norms and not skipped:  # still the sampling policy: the train/inference gap
+                        g_sum, g_tokens = self._gap_without_backward(batch, mb_rows)
+                        gap_sum, gap_tokens = gap_sum + g_sum, gap_tokens + g_tokens
                 grad_norm = self._reduce_and_step(loss_total, critic_only)
                 if grad_norm is None:
                     skipped += 1

@@ -17,25 +17,33 @@ log = logging.getLogger("rlvr.train")
 
 
 def rollout_metrics(groups: list[Group], reward_fn: RewardFunction) -> dict[str, float]:
-    samples = [s for g in groups for s in g.samples]
+    """The step's rollout and reward statistics. Excluded samples (a reward that was not a finite number, scored
+    0 and trained on nowhere) are left out of every statistic, as they are of their groups' advantages: a group
+    counts as zero-spread (`zero_std_frac`) when its valid samples have fewer than two distinct rewards. They are
+    counted in `reward_non_finite(_frac)`, and their tokens in `response_tokens` (generated: work done). With no
+    valid sample at all the statistics are 0."""
+    all_samples = [s for g in groups for s in g.samples]
+    samples = [s for s in all_samples if not s.excluded]
+    n = len(samples)
     rewards = torch.tensor([s.reward for s in samples], dtype=torch.float64)
     lengths = torch.tensor([len(s.response_ids) for s in samples], dtype=torch.float64)
     metrics: dict[str, float] = {
-        "reward_mean": float(rewards.mean()),
-        "reward_std": float(rewards.std()) if len(samples) > 1 else 0.0,
-        "accuracy": sum(bool(s.correct) for s in samples) / len(samples),
-        "response_length_mean": float(lengths.mean()),
-        "response_length_max": float(lengths.max()),
-        "truncated_frac": sum(s.truncated for s in samples) / len(samples),
-        "zero_std_frac": sum(len({s.reward for s in g.samples}) == 1 for g in groups) / len(groups),
-        "response_tokens": float(lengths.sum()),
+        "reward_mean": float(rewards.mean()) if n else 0.0,
+        "reward_std": float(rewards.std()) if n > 1 else 0.0,
+        "accuracy": sum(bool(s.correct) for s in samples) / max(n, 1),
+        "response_length_mean": float(lengths.mean()) if n else 0.0,
+        "response_length_max": float(lengths.max()) if n else 0.0,
+        "truncated_frac": sum(s.truncated for s in samples) / max(n, 1),
+        "zero_std_frac": sum(len({s.reward for s in g.samples if not s.excluded}) <= 1 for g in groups)
+        / max(len(groups), 1),
+        "response_tokens": float(sum(len(s.response_ids) for s in all_samples)),
     }
     for label, flag in (("correct", True), ("wrong", False)):  # the lab's length findings (Dr.GRPO)
         picked = [len(s.response_ids) for s in samples if bool(s.correct) == flag]
         if picked:
             metrics[f"response_length_{label}_mean"] = sum(picked) / len(picked)
     for name, _, _ in reward_fn.components:
-        metrics[f"reward/{name}"] = sum(s.rewards.get(name, 0.0) for s in samples) / len(samples)
+        metrics[f"reward/{name}"] = sum(s.rewards.get(name, 0.0) for s in samples) / max(n, 1)
     metrics.update(reward_fn.last_metrics)
     metrics.update(non_finite_metrics(groups))  # samples scored 0 and excluded this step
     for reason, count in sorted(reward_fn.failures.items()):

@@ -93,12 +93,12 @@ class ZeroSpreadWatch:
         `chat`: whether prompts went through a chat template (False adds a hint about system prompts)."""
         if not groups or self.warned:
             return None
-        flat = sum(len({s.reward for s in g.samples}) <= 1 for g in groups) / len(groups)
+        flat = sum(len({s.reward for s in g.samples if not s.excluded}) <= 1 for g in groups) / len(groups)
         self.streak = self.streak + 1 if flat >= self.frac else 0
         if self.streak < self.patience:
             return None
         self.warned = True
-        rewards = Counter(round(s.reward, 6) for g in groups for s in g.samples)
+        rewards = Counter(round(s.reward, 6) for g in groups for s in g.samples if not s.excluded) or Counter([0.0])
         reasons = Counter(str(r) for g in groups for s in g.samples
                           for r in (s.meta.get("reasons") or {}).values() if r)
         common = ", ".join(f"'{r}' ({n})" for r, n in reasons.most_common(2))

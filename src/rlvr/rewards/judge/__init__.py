@@ -18,8 +18,8 @@ here, in the trusted process, from plain data. Three formats:
 
 What crosses back is JSON, decoded by exact type into `None, bool, int, float, str, list, tuple, dict, set,
 frozenset, bytes, complex`; anything else stays in the program's process and is represented here by a
-`ProgramObject`, which refuses to be compared, hashed, truth-tested, measured, iterated or converted. Using one
-where plain data is needed is an *anomaly*: the test fails even if the test code swallows the exception.
+`ProgramObject`, which refuses to be compared, hashed, truth-tested or converted (it may be iterated, item by
+item as plain data, and measured with `len`). Using one where plain data is needed is an *anomaly*: the test fails even if the test code swallows the exception.
 Other anomalies: a malformed or oversized message on the call channel, the program's process exiting in the
 middle of a call, processes left behind after the test. A program the guard *blocked* (a socket, a write
 outside its work dir, ...) fails too. `TestOutcome.flag` says which ("blocked", "anomaly"), for telemetry.

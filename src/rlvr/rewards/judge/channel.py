@@ -3,7 +3,10 @@
 Arguments go to the program's process as JSON (`encode`); replies are decoded by exact type into `None, bool,
 int, float, str, list, tuple, dict, set, frozenset, bytes, complex` (`Channel.decode`), the tags matching the
 child's encoder in `rlvr.rewards.sandbox.child`. Anything else stays in the program's process and is a
-`ProgramObject` here, which refuses to be compared, hashed, truth-tested, measured, iterated or converted.
+`ProgramObject` here, which refuses to be compared, hashed, truth-tested or converted. It may be iterated
+(`list(...)`, `for`, `sum`, `next`) and measured (`len`): the iterator stays in the program's process and each
+item crosses as the result of one request, decoded like any other, up to `ITEM_LIMIT` items per iterator and
+within the test's usual time limit.
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ from typing import Any
 from rlvr.rewards import sandbox
 from rlvr.rewards.sandbox import ChildGone
 
+# The most items a test may take from one of the program's iterators (a never-ending one fails here, or on the
+# test's time limit, whichever comes first).
+ITEM_LIMIT = 100_000
 _PLAIN_TAGS = frozenset(("__t", "__d", "__s", "__fs", "__b", "__i", "__f", "__c", "__h", "__m"))
 # Exceptions from the program are re-raised here as these builtin types (so `except ValueError` in a test
 # works), or as ProgramError; never as control flow (StopIteration, SystemExit, KeyboardInterrupt, ...).
@@ -91,6 +97,7 @@ class Channel:
         self.run = run
         self.anomaly: str | None = None
         self.calls = 0
+        self.items: dict[int, int] = {}  # items taken so far, per iterator handle
 
     def flag(self, why: str) -> ProgramAnomaly:
         if self.anomaly is None:
@@ -166,6 +173,8 @@ class Channel:
             err: Exception = getattr(builtins, base)(message) if base in _RAISABLE else ProgramError(message)
             err._rlvr_desc = message[:300] or kind[:80]  # type: ignore[attr-defined]
             raise err
+        if reply.get("stop") is True and len(reply) == 1:
+            return _STOP, None
         if "unencodable" in reply:
             raise TypeError(f"the program's result cannot be sent as plain data: {str(reply['unencodable'])[:100]}")
         raise self.flag("malformed message on the call channel")
@@ -195,6 +204,38 @@ class Channel:
 
     def getattr(self, handle: int, name: str) -> Any:
         return self._exchange({"op": "getattr", "id": handle, "name": name})[0]
+
+    def _plain(self, op: str, handle: int) -> Any:
+        value = self._exchange({"op": op, "id": handle})[0]
+        if value is _STOP:
+            raise self.flag("malformed message on the call channel")
+        return value
+
+    def iter(self, handle: int) -> Any:
+        """`iter()` of a program object: its iterator, which stays in the program's process."""
+        it = self._plain("iter", handle)
+        if type(it) is not ProgramObject:
+            raise self.flag("malformed message on the call channel")
+        return it
+
+    def next(self, handle: int) -> Any:
+        """The next item of a program iterator, decoded as plain data; StopIteration at its end."""
+        value = self._exchange({"op": "next", "id": handle})[0]
+        if value is _STOP:
+            raise StopIteration
+        taken = self.items[handle] = self.items.get(handle, 0) + 1
+        if taken > ITEM_LIMIT:
+            raise ValueError(f"the program's iterator yielded more than {ITEM_LIMIT} items")
+        return value
+
+    def len(self, handle: int) -> int:
+        n = self._plain("len", handle)
+        if type(n) is not int or n < 0:
+            raise self.flag("malformed message on the call channel")
+        return n
+
+
+_STOP = object()  # the program's iterator is exhausted
 
 
 def _hashable_plain(value: Any) -> None:
@@ -265,10 +306,13 @@ class ProgramObject:
         return self._refuse("truth value")
 
     def __len__(self) -> int:
-        return self._refuse("len")
+        return object.__getattribute__(self, "_rlvr_channel").len(object.__getattribute__(self, "_rlvr_id"))
 
     def __iter__(self) -> Any:
-        return self._refuse("iteration")
+        return object.__getattribute__(self, "_rlvr_channel").iter(object.__getattribute__(self, "_rlvr_id"))
+
+    def __next__(self) -> Any:
+        return object.__getattribute__(self, "_rlvr_channel").next(object.__getattribute__(self, "_rlvr_id"))
 
     def __contains__(self, item: object) -> bool:
         return self._refuse("in")

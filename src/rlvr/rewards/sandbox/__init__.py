@@ -10,7 +10,8 @@ Two layers, one under the other:
    child process (empty network namespace and a drop to `nobody` when root) and rlvr says so at start-up.
 2. **The Python guard** (`guard.py`): an audit hook installed before the program is compiled that raises
    PermissionError for sockets, process creation, signals to other processes, foreign extension modules,
-   writes/deletes/renames/chmods outside the work dir, reads outside the interpreter's and the system's trees,
+   writes/deletes/renames/chmods outside the work dir, reads and directory listings outside the work dir and the
+   interpreter's and the system's trees (`/` and `/tmp` themselves included),
    other processes' /proc entries, devices, changing rlimits and patching the guard. The first block of each
    kind is reported on stderr as a `[rlvr-sandbox] blocked: ...` line, which becomes
    `SandboxResult.killed_reason`. Imports of ctypes, cffi, sqlite3 and a few other C modules fail with

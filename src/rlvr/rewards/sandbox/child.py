@@ -311,6 +311,16 @@ def serve_one(request, handles):
             return reply
         if op == "getattr":
             return {"value": encode(getattr(target, request["name"]), handles)}
+        if op == "iter":  # a test iterates a program object: the iterator stays here, its items cross one by one
+            return {"value": encode(iter(target), handles)}
+        if op == "next":
+            try:
+                value = next(target)
+            except StopIteration:
+                return {"stop": True}
+            return {"value": encode(value, handles)}
+        if op == "len":
+            return {"value": len(target)}  # len() itself makes it an exact int
         return {"unencodable": "unknown request"}
     except Unencodable as err:
         return {"unencodable": str(err)}

@@ -244,9 +244,10 @@ def _rlvr_sandbox_guard(workdir, limits, drop_uid, nproc, watchdog):
                     pass
             return None
         if not is_open:
-            for root in _roots:
-                if root.startswith(rr):  # listing an ancestor of a readable tree, such as /
-                    return None
+            # Not even an ancestor of a readable tree (/, /tmp when the interpreter lives in /tmp/x/.venv):
+            # listing it would show the host's file names, and walking it could use up the time limit
+            # before it reaches a blocked directory.
+            return "directory listing outside the readable trees"
         return "file outside the readable trees"
 
     def fd_inside(fd, _readlink=posix.readlink, _Errors=(OSError, ValueError), _wd=wd):

@@ -83,13 +83,15 @@ class _Server:
                 self.cgroups = isolation.make_cgroups(layer, f"rlvr-sandbox-{os.getpid()}-{next(_ids)}")
                 prefix = [*isolation.launch_prefix(layer, self.cgroups), *isolation.bwrap_command(layer, disk_mb)]
             else:
-                self.host_root = root = os.path.realpath(tempfile.mkdtemp(prefix="rlvr-sandbox-"))
+                _sweep_stale_server_dirs()
+                # the owner's pid in the name: a later process's sweep knows when the owner is gone
+                self.host_root = root = os.path.realpath(tempfile.mkdtemp(prefix=f"{_DIR_PREFIX}{os.getpid()}-"))
                 if self.drop_uid is not None:
                     os.chown(root, self.drop_uid, self.drop_uid)
                 prefix = list(_netns_prefix())
             keep = isolation.kept_under_tmp(layer) if layer.available else []
             cfg = {"ctl": theirs.fileno(), "guard": GUARD_SOURCE if guard else NO_GUARD_SOURCE, "root": root, "keep": keep,
-                   "pid_namespace": layer.available,
+                   "pid_namespace": layer.available, "remove_root": self.host_root is not None,
                    "env": base_env(), "nproc": NPROC_LIMIT}
             command = [*prefix, interpreter, "-I", "-B", "-c", ZYGOTE_SOURCE, json.dumps(cfg)]
             self._log = tempfile.TemporaryFile()
@@ -212,6 +214,28 @@ if hasattr(os, "register_at_fork"):
 def close_servers() -> None:
     """Stop every idle sandbox server of this process (they restart on demand)."""
     _POOL.close_all()
+
+
+_DIR_PREFIX = "rlvr-sandbox-"
+
+
+def _sweep_stale_server_dirs() -> None:
+    """Remove the server directories (`rlvr-sandbox-<owner pid>-*` in the temp dir) whose owner process is gone,
+    e.g. a verifier worker killed with SIGKILL before its server could clean up; as `isolation.sweep_stale_cgroups`
+    does for cgroups. Directories of live owners (other runs on this machine) are left alone."""
+    base = tempfile.gettempdir()
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return
+    for name in names:
+        # only `rlvr-sandbox-<pid>-<random>`: an older name without a pid (`rlvr-sandbox-<random>`) is left alone
+        pid, sep, _ = name[len(_DIR_PREFIX):].partition("-") if name.startswith(_DIR_PREFIX) else ("", "", "")
+        if not sep or not pid.isdigit() or int(pid) == os.getpid() or os.path.exists(f"/proc/{pid}"):
+            continue
+        path = os.path.join(base, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            _remove_tree(path)
 
 
 def _remove_tree(path: str) -> None:

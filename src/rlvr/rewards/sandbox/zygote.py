@@ -199,8 +199,7 @@ def run_one(msg, fds, n):
                 except OSError:
                     pass
                 sweep(pid)
-                wipe(ROOT)
-                os._exit(0)
+                leave()
             if m.get("op") == "kill" and not killed:
                 killed = True
                 try:
@@ -220,14 +219,26 @@ def run_one(msg, fds, n):
           "leftover": leftover, "dirty": not clean, "id": msg.get("id")})
 
 
+def leave():
+    """Wipe the writable area and, when it is a directory of the host (no OS layer), remove it too: nothing of
+    a server outlives its parent."""
+    wipe(ROOT)
+    if CFG.get("remove_root"):
+        try:
+            os.rmdir(ROOT)
+        except OSError:
+            pass
+    os._exit(0)
+
+
 def main():
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     send({"ready": ME, "uid": os.getuid()})
     n = 0
     while True:
         msg, fds = recv()
-        if msg is None:
-            os._exit(0)
+        if msg is None:  # the parent is gone (closed the socket, or was killed)
+            leave()
         if msg.get("op") != "run" or len(fds) < 4:
             for fd in fds:
                 os.close(fd)
