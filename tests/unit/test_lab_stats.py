@@ -82,6 +82,10 @@ def iv(lo, hi):
     (iv(0.06, 0.2), "equal", 0.05, "not reproduced"),
     (iv(0.01, 0.09), "equal", 0.05, "inconclusive"),
     (iv(-math.inf, math.inf), "higher", 0.02, "inconclusive"),
+    # certain but too small to count: the smallest effect that counts decides first
+    (iv(-0.54, -0.15), "lower", 1.0, "not reproduced"),
+    (iv(0.005, 0.015), "higher", 0.02, "not reproduced"),
+    (iv(0.005, 0.03), "higher", 0.02, "reproduced"),
 ])
 def test_verdicts(interval, direction, min_effect, expected):
     assert verdict(interval, direction, min_effect) == expected

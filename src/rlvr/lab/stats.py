@@ -12,9 +12,9 @@ Two interval methods:
 
 The verdict reads the interval against the paper's claimed direction and the finding's `min_effect`, the
 smallest effect that would count as the claim holding:
-- higher / lower: reproduced when the whole interval is on the claimed side of 0; not reproduced when the
-  whole interval lies below `min_effect` on the claimed side (an effect that large is ruled out); else
-  inconclusive.
+- higher / lower: not reproduced when the whole interval lies below `min_effect` on the claimed side (an effect
+  that large is ruled out, even when a smaller one is certain); else reproduced when the whole interval is on
+  the claimed side of 0; else inconclusive.
 - equal (a claim of "about as good"): reproduced when the whole interval lies within ±min_effect; not
   reproduced when the whole interval lies outside it; else inconclusive.
 """
@@ -179,8 +179,8 @@ def verdict(effect: Interval, direction: Direction, min_effect: float) -> str:
         return "inconclusive"
     sign = 1.0 if direction == "higher" else -1.0
     lo, hi = sorted((sign * effect.lo, sign * effect.hi))
+    if hi < min_effect:  # checked first: an effect that is real but wholly below what counts is not the claim
+        return "not reproduced"
     if lo > 0:
         return "reproduced"
-    if hi < min_effect:
-        return "not reproduced"
     return "inconclusive"
