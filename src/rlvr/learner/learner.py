@@ -398,6 +398,8 @@ class Learner:
             metrics["kd_coef"] = float(self.step_loss_fn.keywords["kd_coef"])
         if live is not None:
             metrics["zero_adv_rows_skipped_frac"] = 1.0 - rows_trained / max(len(batch), 1)
+            if rows_trained == 0:  # every row dead: no token trained, the policy-gradient loss is exactly 0
+                metrics.setdefault("pg_loss", 0.0)
         return metrics
 
     def idle_update(self) -> dict[str, float]:
