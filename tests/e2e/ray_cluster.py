@@ -93,7 +93,10 @@ class TwoNodeCluster:
         self.address = f"127.0.0.1:{self.port}"
         (root / "home").mkdir()
         # HOME: a Ray token left in ~/.ray by other work on the machine must not switch this cluster's auth on
+        # RAY_AUTH_MODE: a process that started a local Ray runtime before (another test in this pytest worker)
+        # has RAY_AUTH_MODE=token in its environment, which a copy of it would hand to these nodes
         self.env = {**os.environ, "HOME": str(root / "home"), "RAY_USAGE_STATS_ENABLED": "0",
+                    "RAY_AUTH_MODE": "disabled",
                     # a lost node is declared dead after ~3 s without heartbeats, not the default ~30 s
                     "RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3",
                     "RAY_health_check_initial_delay_ms": "1000"}

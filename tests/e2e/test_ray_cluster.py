@@ -86,7 +86,7 @@ def work(tmp_path_factory) -> Path:
 
 def _train(cluster, work: Path, run: str, *, resume: bool = False, faults: str = "") -> subprocess.Popen:
     args = ["--resume", run] if resume else ["run.yaml", f"run.dir={run}", f"distributed.address={cluster.address}"]
-    env = {**os.environ, "RLVR_FAULTS": faults, "RLVR_FAULT_DIR": str(work),
+    env = {**os.environ, "RLVR_FAULTS": faults, "RLVR_FAULT_DIR": str(work), "RAY_AUTH_MODE": "disabled",
            "COLUMNS": "1000"}  # error messages on one line
     return subprocess.Popen([sys.executable, "-m", "rlvr", "train", *args], cwd=work, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

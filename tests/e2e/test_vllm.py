@@ -172,7 +172,10 @@ def test_resume_puts_the_checkpoint_weights_into_the_engine(shared_engine, polic
     assert [m["step"] for m in metrics] == [1, 2, 3, 4]
     assert any(m["grad_norm"] > 0 for m in metrics[:2])  # the checkpoint's weights differ from the untrained ones
     for m in metrics[2:]:  # steps after the resume sampled from the checkpoint's weights
-        assert m["approx_kl_old"] < 1e-7 and m["rollout/logprob_abs_diff"] < LOGPROB_ATOL, m
+        # (an all-dead step runs no forward, so no ratio: its one-row log-prob comparison still holds)
+        if m.get("zero_adv_rows_skipped_frac", 0.0) < 1.0:
+            assert m["approx_kl_old"] < 1e-7, m
+        assert m["rollout/logprob_abs_diff"] < LOGPROB_ATOL, m
 
 
 def test_a_ray_rollout_worker_with_vllm_trains(tmp_path):
