@@ -94,19 +94,8 @@ def main() -> None:
     init = args.work / "init"
     make_init_model(init, args.seed)
 
-    rlvr("sft", "recipes/sft_builtin.yaml", f"model.path={init}", f"data.path={data}",
-         f"run.dir={args.work / 'sft'}", f"run.seed={args.seed}", f"train.steps={args.steps}")
-
-    args.out.mkdir(parents=True, exist_ok=True)
-    for name in MODEL_FILES:
-        src = args.work / "sft" / "final" / name
-        if src.exists():
-            shutil.copy2(src, args.out / name)
-
-    result_path = args.work / "eval.json"
-    rlvr("eval", str(args.out), "--task", "addition", "--n", "16", "--k", "1,4,16", "--out", str(result_path),
-         "--temperature", "1.0", "rollout.max_new_tokens=96")
-    result = json.loads(result_path.read_text())
+    sft_into(args.out, "recipes/sft_builtin.yaml", init, data, args.work, args.seed, args.steps)
+    result = eval_at_t1(args.out, args.work, "addition", 16, "1,4,16", 96)
     p1, p16 = result["pass@k"]["1"], result["pass@k"]["16"]
     minutes = (time.time() - started) / 60
     card = {
@@ -129,6 +118,25 @@ def main() -> None:
         if p16 < 2 * p1:
             sys.exit(f"pass@16 = {p16:.3f} is less than twice pass@1 = {p1:.3f}")
     print(f"built {args.out} in {minutes:.1f} min")
+
+
+def sft_into(out: Path, recipe: str, init: Path, data: Path, work: Path, seed: int, steps: int) -> None:
+    """`rlvr sft RECIPE` from `init` on `data` in WORK/sft, then the final model's files copied into `out`."""
+    rlvr("sft", recipe, f"model.path={init}", f"data.path={data}", f"run.dir={work / 'sft'}", f"run.seed={seed}",
+         f"train.steps={steps}")
+    out.mkdir(parents=True, exist_ok=True)
+    for name in MODEL_FILES:
+        src = work / "sft" / "final" / name
+        if src.exists():
+            shutil.copy2(src, out / name)
+
+
+def eval_at_t1(model: Path, work: Path, task: str, n: int, ks: str, max_new_tokens: int) -> dict:
+    """`rlvr eval` of `model` on `task`'s held-out split at temperature 1.0; the result (also WORK/eval.json)."""
+    path = work / "eval.json"
+    rlvr("eval", str(model), "--task", task, "--n", str(n), "--k", ks, "--out", str(path), "--temperature", "1.0",
+         f"rollout.max_new_tokens={max_new_tokens}")
+    return json.loads(path.read_text())
 
 
 def _count_params(path: Path) -> int:

@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from build_base_model import MODEL_FILES, _count_params, make_init_model, rlvr  # noqa: E402
+from build_base_model import _count_params, eval_at_t1, make_init_model, sft_into  # noqa: E402
 
 from rlvr.tasks.countdown import OPS, CountdownTask, apply, chain_solutions, chain_text  # noqa: E402
 
@@ -110,19 +110,8 @@ def main() -> None:
     init = args.work / "init"
     make_init_model(init, args.seed, ARCH)
 
-    rlvr("sft", "recipes/sft_lab.yaml", f"model.path={init}", f"data.path={data}",
-         f"run.dir={args.work / 'sft'}", f"run.seed={args.seed}", f"train.steps={args.steps}")
-
-    args.out.mkdir(parents=True, exist_ok=True)
-    for name in MODEL_FILES:
-        src = args.work / "sft" / "final" / name
-        if src.exists():
-            shutil.copy2(src, args.out / name)
-
-    result_path = args.work / "eval.json"
-    rlvr("eval", str(args.out), "--task", "countdown", "--n", "64", "--k", "1,4,16,64", "--out", str(result_path),
-         "--temperature", "1.0", "rollout.max_new_tokens=64")
-    result = json.loads(result_path.read_text())
+    sft_into(args.out, "recipes/sft_lab.yaml", init, data, args.work, args.seed, args.steps)
+    result = eval_at_t1(args.out, args.work, "countdown", 64, "1,4,16,64", 64)
     p1, p64 = result["pass@k"]["1"], result["pass@k"]["64"]
     minutes = (time.time() - started) / 60
     card = {
