@@ -69,15 +69,19 @@ def test_recipe_trains_without_nan(recipe, tmp_path):
     metrics = read_metrics(run)
     assert len(metrics) == steps
     for m in metrics:
-        # a step whose every row has advantage 0 runs no forward or backward: its loss is exactly 0 and it
-        # measures no entropy
-        dead = m.get("zero_adv_rows_skipped_frac") == 1.0
-        for key in ("reward_mean", "pg_loss", "grad_norm") if dead else ("reward_mean", "pg_loss", "entropy",
-                                                                          "grad_norm"):
-            assert math.isfinite(m[key]), (recipe.name, m["step"], key, m[key])
-        if dead:
-            assert m["pg_loss"] == 0.0 and "entropy" not in m, (recipe.name, m["step"])
+        _check_step(m, recipe.name)
         assert m["skipped_optimizer_steps"] == 0
+
+
+def _check_step(m: dict, label: str) -> None:
+    """Finite losses and diagnostics. A step whose every row has advantage 0 runs no forward or backward: its
+    loss is exactly 0 and it measures no entropy."""
+    dead = m.get("zero_adv_rows_skipped_frac") == 1.0
+    for key in ("reward_mean", "pg_loss", "grad_norm") if dead else ("reward_mean", "pg_loss", "entropy",
+                                                                      "grad_norm"):
+        assert math.isfinite(m[key]), (label, m["step"], key, m[key])
+    if dead:
+        assert m["pg_loss"] == 0.0 and "entropy" not in m, (label, m["step"])
 
 
 def _staged_recipe_trains_without_nan(recipe: Path, tmp_path: Path) -> None:
@@ -91,8 +95,7 @@ def _staged_recipe_trains_without_nan(recipe: Path, tmp_path: Path) -> None:
     for stage in staged.stages:
         metrics = read_metrics(stage.cfg.run.dir)
         assert len(metrics) == 1, stage.label
-        for key in ("reward_mean", "pg_loss", "entropy", "grad_norm"):
-            assert math.isfinite(metrics[0][key]), (recipe.name, stage.label, key, metrics[0][key])
+        _check_step(metrics[0], f"{recipe.name} {stage.label}")
 
 
 def test_the_recipes_table_in_the_docs_is_current():
