@@ -121,7 +121,7 @@ def _execute(run: SweepRun, threads: int) -> tuple[SweepRun, int, float]:
 
 def run_sweep(runs: list[SweepRun], out: Path, jobs: int = 1) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
-    threads = max(1, (os.cpu_count() or 1) // max(1, jobs))
+    threads = max(1, len(os.sched_getaffinity(0)) // max(1, jobs))  # the cores this process may use (taskset)
     pending = [r for r in runs if not r.done]
     console.print(f"sweep: {len(runs)} runs ({len(runs) - len(pending)} already done), {jobs} at a time")
     failures = []
