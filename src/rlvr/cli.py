@@ -297,7 +297,8 @@ def sweep(
                                                 "default: each recipe's own.")] = None,
     out: Annotated[Path, typer.Option(help="Output directory: runs/, summary.md, summary.json, curves.png.")] = Path(
         "runs/sweep"),
-    jobs: Annotated[int, typer.Option(help="Runs in parallel (each gets cores/jobs threads; cores: this process's CPU affinity, so `taskset -c 1` gives one).")] = 1,
+    jobs: Annotated[int, typer.Option(help="Runs in parallel (each gets cores/jobs threads; cores: this "
+                                            "process's CPU affinity, so `taskset -c 1` gives one).")] = 1,
     eval_every: Annotated[Optional[int], typer.Option(help="Held-out eval every N steps (for best pass@1); "
                                                       "default steps/4.")] = None,
 ) -> None:
@@ -337,7 +338,8 @@ def lab(
     rollout_tokens: Annotated[Optional[int], typer.Option(help="compare: the equal rollout-token budget per run "
                                                           "(default: none, steps decide).")] = None,
     out: Annotated[Optional[Path], typer.Option(help="Output directory (default runs/lab/NAME).")] = None,
-    jobs: Annotated[int, typer.Option(help="Runs in parallel (each gets cores/jobs threads; cores: this process's CPU affinity, so `taskset -c 1` gives one).")] = 1,
+    jobs: Annotated[int, typer.Option(help="Runs in parallel (each gets cores/jobs threads; cores: this "
+                                            "process's CPU affinity, so `taskset -c 1` gives one).")] = 1,
     interval: Annotated[str, typer.Option(help="t (default) or bootstrap (over seeds).")] = "t",
 ) -> None:
     """Test a claim about an RL method on the lab task and model: arms x seeds, 95% intervals, a verdict.
