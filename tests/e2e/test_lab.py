@@ -12,7 +12,7 @@ import yaml
 
 from rlvr.config import ConfigError
 from rlvr.lab.finding import list_findings, load_finding
-from rlvr.lab.run import plan_finding, run_finding
+from rlvr.lab.run import plan_finding, plan_prepare, run_finding
 
 pytestmark = pytest.mark.slow
 
@@ -83,8 +83,11 @@ def test_lab_cli_list_compare_plan_and_errors(tmp_path):
     assert {"boundary", "nsr_passk", "entropy", "dr_grpo_length"} <= set(list_findings())
     # every shipped finding plans: its recipes exist and every arm's config validates
     for name in list_findings():
-        runs = plan_finding(load_finding(name), tmp_path / name)
-        assert len(runs) == len(load_finding(name).arms) * load_finding(name).seeds
+        finding = load_finding(name)
+        runs = plan_finding(finding, tmp_path / name)
+        assert len(runs) == len(finding.arms) * finding.seeds
+        assert [len(stage) for stage in plan_prepare(finding, tmp_path / name)] == [finding.seeds] * len(
+            finding.prepare)
 
     bad = subprocess.run([*rlvr, "no_such_finding"], capture_output=True, text=True, cwd=ROOT)
     assert bad.returncode != 0 and "not a shipped finding" in bad.stderr + bad.stdout
@@ -93,6 +96,13 @@ def test_lab_cli_list_compare_plan_and_errors(tmp_path):
         load_finding(write_finding(tmp_path / "a.yaml", control="nope"))
     with pytest.raises(ConfigError, match="metric 'pass_at_one' is unknown"):
         load_finding(write_finding(tmp_path / "b.yaml", metric="pass_at_one"))
+    with pytest.raises(ConfigError, match=r"\{prepare.rm\} names no earlier preparation step"):
+        load_finding(write_finding(tmp_path / "p.yaml", arms={
+            "grpo": {"recipe": "grpo", "overrides": ["eval.select_model={prepare.rm}/final"]},
+            "dr_grpo": {"recipe": "dr_grpo"}}))
+    with pytest.raises(ConfigError, match="prepare.rm"):  # a step may name only the steps before it
+        load_finding(write_finding(tmp_path / "q.yaml", prepare={
+            "rm": {"command": "rm", "recipe": "rm_bt", "overrides": ["data.path={prepare.rm}/x.jsonl"]}}))
     with pytest.raises(ConfigError, match="eval.ks"):
         load_finding(write_finding(tmp_path / "c.yaml", eval={"n": 2, "ks": [4]}))
     with pytest.raises(ConfigError, match="recipe 'no_such_recipe' not found"):
@@ -110,3 +120,38 @@ def test_lab_cli_list_compare_plan_and_errors(tmp_path):
     result = json.loads((out / "lab.json").read_text())
     assert result["treatment"] == "mine" and result["control"] == "grpo" and result["seeds"] == [3]
     assert result["verdict"] == "inconclusive"  # one seed: an infinite interval decides nothing
+
+
+def test_lab_prepares_a_reward_model_per_seed_and_compares_its_pick_with_the_vote(tmp_path):
+    """rm_best_of in miniature: a GRPO run stores its rollouts, `rlvr rm` trains on them, and two evaluation
+    arms of the same samples pick by majority vote and by the reward model."""
+    finding = load_finding(write_finding(
+        tmp_path / "rm.yaml", seeds=1, first_seed=3, metric="best_of@2", report=["pass@1", "maj@2", "rm@2"],
+        prepare={"mine": {"recipe": "grpo", "overrides": ["train.steps=2", "eval.after=false",
+                                                          "logging.rollouts_every=1", "logging.rollouts_per_step=64",
+                                                          "train.prompts_per_step=16", "rollout.n=4"]},
+                 "rm": {"command": "rm", "recipe": "rm_bt", "overrides": [
+                     "data.path={prepare.mine}/rollouts.jsonl", "model.path=builtin-lab", "train.steps=2",
+                     "train.eval_every=1", "data.max_length=160"]}},
+        arms={"vote": {"recipe": "grpo", "train": False},
+              "picked": {"recipe": "grpo", "train": False, "overrides": ["eval.select_model={prepare.rm}/final"]}},
+        control="vote", treatment="picked", common=[*TINY[:1], "task.eval_size=4", "eval.n=2"]))
+    out = tmp_path / "out"
+    result = run_finding(finding, out)
+    assert result["failed_runs"] == []
+    seed_dir = out / "prepare" / "runs"
+    assert (seed_dir / "mine" / "seed3" / "rollouts.jsonl").is_file()
+    assert (seed_dir / "rm" / "seed3" / "final" / "config.json").is_file()
+    rm_cfg = yaml.safe_load((seed_dir / "rm" / "seed3" / "config.yaml").read_text())
+    assert rm_cfg["data"]["path"] == str(seed_dir / "mine" / "seed3" / "rollouts.jsonl") and rm_cfg["run"]["seed"] == 3
+    vote = json.loads((out / "runs" / "vote" / "seed3" / "eval_after.json").read_text())
+    picked = json.loads((out / "runs" / "picked" / "seed3" / "eval_after.json").read_text())
+    assert "rm@k" not in vote and set(picked["rm@k"]) == {"1", "2"}
+    # the same seed draws the same samples: only the selection differs
+    assert [p["sample_correct"] for p in vote["problems"]] == [p["sample_correct"] for p in picked["problems"]]
+    arms = result["arms"]
+    assert arms["vote"]["best_of@2"]["values"]["3"] == pytest.approx(vote["maj@k"]["2"])
+    assert arms["picked"]["best_of@2"]["values"]["3"] == pytest.approx(picked["rm@k"]["2"])
+    # a second run finds everything done
+    again = run_finding(finding, out)
+    assert again["arms"] == result["arms"]

@@ -21,7 +21,7 @@ from rlvr.eval.compare import (
     write_comparison,
 )
 from rlvr.eval.evaluate import evaluate, short_answer, summarize
-from rlvr.eval.passk import maj_at_k, pass_at_k
+from rlvr.eval.passk import best_of_k, maj_at_k, pass_at_k
 from rlvr.rollout.base import RolloutEngine, SamplingParams
 from rlvr.tasks.base import VerifyResult
 from rlvr.types import Sample, TaskRecord
@@ -88,6 +88,43 @@ def test_maj_at_k_large_n_is_exact_and_fast():
     assert all(0.0 <= v <= 1.0 for v in values)
 
 
+# ---------------------------------------------------------------------------------------------------- rm@k
+
+
+def brute_force_best_of(scores, flags, k):
+    """Average over every k-subset: the share of correct samples among those tied at the subset's top score."""
+    total, subsets = Fraction(0), 0
+    for subset in itertools.combinations(range(len(scores)), k):
+        subsets += 1
+        top = max(scores[i] for i in subset)
+        tied = [i for i in subset if scores[i] == top]
+        total += Fraction(sum(flags[i] for i in tied), len(tied))
+    return float(total / subsets)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([-1.5, 0.0, 0.25, 2.0, 7.0]), st.booleans()), min_size=1, max_size=9),
+       st.data())
+def test_best_of_k_matches_brute_force(pairs, data):
+    scores, flags = [s for s, _ in pairs], [f for _, f in pairs]
+    k = data.draw(st.integers(1, len(pairs)))
+    assert best_of_k(scores, flags, k) == pytest.approx(brute_force_best_of(scores, flags, k), abs=1e-12)
+
+
+def test_best_of_k_by_hand():
+    # scores 3 > 2 > 1, the top one wrong: k=2 picks a right one only from the subset {2, 1} (1 of 3)
+    assert best_of_k([3.0, 2.0, 1.0], [False, True, True], 2) == pytest.approx(1 / 3)
+    assert best_of_k([3.0, 2.0, 1.0], [False, True, True], 1) == pytest.approx(2 / 3)  # rm@1 = accuracy
+    assert best_of_k([3.0, 2.0, 1.0], [False, True, True], 3) == 0.0  # rm@n = the argmax's correctness
+    assert best_of_k([1.0, 1.0, 0.0], [True, False, True], 3) == pytest.approx(0.5)  # a tied top: a coin flip
+    assert best_of_k([float("nan"), 0.0], [True, False], 2) == 0.0  # a non-finite score ranks last
+    assert best_of_k([5.0], [True], 1) == 1.0
+    with pytest.raises(ValueError, match="1 <= k <= n"):
+        best_of_k([1.0], [True], 2)
+    with pytest.raises(ValueError, match="flags"):
+        best_of_k([1.0, 2.0], [True], 1)
+
+
 # ------------------------------------------------------------------------------------------- evaluate()
 
 
@@ -132,6 +169,30 @@ def test_evaluate_records_answers_and_maj_at_k():
     assert result["maj@k"]["1"] == pytest.approx(result["pass@k"]["1"])
     assert result["by_difficulty"]["2"]["maj@k"]["6"] == 1.0
     json.dumps(result)  # stays serialisable
+
+
+def test_evaluate_with_a_scorer_reports_rm_at_k_beside_maj_at_k():
+    records = [TaskRecord("0", "1+1", "2", difficulty=1), TaskRecord("1", "2+2", "4", difficulty=2)]
+    engine = CannedEngine({0: ["x=2", "x=3", "x=3", "x=2"], 1: ["y=4", "y=5", "y=5", "y=5"]})
+    seen = []
+
+    def scorer(record, responses):  # the answers 2 and 4 (right) score 10, others their position
+        seen.append((record.id, list(responses)))
+        return [10.0 if r.endswith(("=2", "=4")) else float(i) for i, r in enumerate(responses)]
+
+    result = evaluate(engine, Renderer(), ExactTask(), records, SamplingParams(n=4), ks=[1, 4], scorer=scorer)
+    assert [r for r, _ in seen] == ["0", "1"] and seen[0][1] == ["x=2", "x=3", "x=3", "x=2"]
+    p0, p1 = result["problems"]
+    assert p0["rm_scores"] == [10.0, 1.0, 2.0, 10.0] and p1["rm_scores"] == [10.0, 1.0, 2.0, 3.0]
+    assert p0["rm@k"]["4"] == 1.0 and p1["rm@k"]["4"] == 1.0  # the scorer picks the right answer in both
+    assert p1["maj@k"]["4"] == 0.0  # where the vote picks the commonest, wrong one
+    assert result["rm@k"] == {"1": pytest.approx(result["pass@k"]["1"]), "4": 1.0}
+    assert result["by_difficulty"]["2"]["rm@k"]["4"] == 1.0
+    from rlvr.trainer.evaluation import eval_summary
+
+    assert eval_summary(result)["rm@4"] == 1.0
+    plain = evaluate(engine, Renderer(), ExactTask(), records, SamplingParams(n=4), ks=[1, 4])
+    assert "rm@k" not in plain and "rm_scores" not in plain["problems"][0]
 
 
 class GradedTask:
@@ -256,3 +317,15 @@ def test_print_comparison_and_bad_files(tmp_path):
     (tmp_path / "bad.json").write_text("{")
     with pytest.raises(CompareError, match="not JSON"):
         load_result(tmp_path / "bad.json")
+
+
+def test_select_model_must_be_a_reward_model(tmp_path):
+    from rlvr.config import ConfigError, load_config
+    from rlvr.eval.run import select_scorer
+
+    assert select_scorer(load_config(None, []), None) is None
+    # a causal LM would load with a random scoring head: refused, naming the key and the fix
+    with pytest.raises(ConfigError, match=r"eval.select_model: .* is not a reward model .*rlvr rm"):
+        select_scorer(load_config(None, ["eval.select_model=builtin-lab"]), None)
+    with pytest.raises(Exception, match="eval.select_model"):
+        select_scorer(load_config(None, [f"eval.select_model={tmp_path / 'missing'}"]), None)

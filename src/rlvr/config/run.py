@@ -44,6 +44,9 @@ class EvalConfig(Strict):
     ks: list[int] = Field(default_factory=lambda: [1], description="k values for pass@k (each <= n).")
     size: int | None = Field(None, ge=1, description="Held-out prompts to use; default: all.")
     temperature: float | None = Field(None, gt=0, description="Default: rollout.temperature.")
+    select_model: str | None = Field(None, description="A reward model directory (`rlvr rm`'s final/) that scores "
+                                     "every sample: the result gets rm@k, the accuracy of the top-scored of k "
+                                     "samples, beside maj@k (the majority vote's).")
 
     @field_validator("ks")
     @classmethod

@@ -1,5 +1,6 @@
 """Held-out evaluation: n samples per prompt, pass@k, maj@k, accuracy, mean length, per-difficulty breakdown;
-for grounding tasks (a `predicted_region`), GUI-RC's spatial vote (`region_vote`)."""
+with a scorer (`eval.select_model`), rm@k (best-of-k by a reward model); for grounding tasks (a
+`predicted_region`), GUI-RC's spatial vote (`region_vote`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rlvr.eval.passk import maj_at_k, mean_pass_at_k
+from rlvr.eval.passk import best_of_k, maj_at_k, mean_pass_at_k
 from rlvr.rewards import CorrectnessReward, RewardFunction
 from rlvr.rewards.label_free.region import region_vote_hit
 from rlvr.rollout.base import RolloutEngine, SamplingParams, rollout_groups
@@ -35,11 +36,13 @@ def evaluate(
     prompts_per_call: int = 64,
     on_progress: Callable[[int, int], None] | None = None,
     generate: Callable[[Sequence[TaskRecord], SamplingParams], list] | None = None,
+    scorer: Callable[[TaskRecord, list[str]], list[float]] | None = None,
 ) -> dict[str, Any]:
     """Sample `params.n` answers per record, verify them, and summarise. Nothing here trains.
 
     `generate(records, params)` makes the unrewarded groups (default: single-turn `rollout_groups`; an agent
-    run passes its multi-turn rollout)."""
+    run passes its multi-turn rollout). `scorer(record, responses)` (a reward model) scores each sample; the
+    result then has rm@k, the accuracy of the top-scored of k samples (`best_of_k`)."""
     if any(k > params.n for k in ks):
         raise ValueError(f"every k must be <= n={params.n}; got {list(ks)}")
     verify = RewardFunction([("correctness", 1.0, CorrectnessReward())])
@@ -77,6 +80,11 @@ def evaluate(
             if not any(ok and a is None for a, ok in zip(answers, flags)):
                 problem["maj@k"] = {str(k): maj_at_k(answers, flags, k) for k in ks}
                 problem["answers"] = [short_answer(a) for a in answers]
+                problem["sample_correct"] = flags
+            if scorer is not None:
+                scores = [float(v) for v in scorer(g.record, [s.text for s in g.samples])]
+                problem["rm@k"] = {str(k): best_of_k(scores, flags, k) for k in ks}
+                problem["rm_scores"] = [round(v, 6) for v in scores]
                 problem["sample_correct"] = flags
             problems.append(problem)
         if on_progress:
@@ -155,6 +163,13 @@ def _mean_maj(problems: list[dict[str, Any]], ks: Sequence[int]) -> dict[str, fl
     return out
 
 
+def _mean_rm(problems: list[dict[str, Any]], ks: Sequence[int]) -> dict[str, float] | None:
+    """Mean rm@k per k (best-of-k by the reward model), or None unless every problem was scored."""
+    if not problems or not all("rm@k" in p for p in problems):
+        return None
+    return {str(k): sum(p["rm@k"][str(k)] for p in problems) / len(problems) for k in ks}
+
+
 def summarize(problems: list[dict[str, Any]], ks: Sequence[int], lengths: list[int],
               extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Aggregate per-problem records (`n`, `correct`, optional `answers`/`sample_correct`) into the result.
@@ -171,6 +186,9 @@ def summarize(problems: list[dict[str, Any]], ks: Sequence[int], lengths: list[i
     maj = _mean_maj(problems, ks)
     if maj is not None:
         result["maj@k"] = maj
+    rm = _mean_rm(problems, ks)
+    if rm is not None:
+        result["rm@k"] = rm
     votes = [p.get("region_vote") for p in problems]
     if votes and all(v is not None for v in votes):  # GUI-RC: the spatial vote of all n samples, per prompt
         result["region_vote"] = sum(votes) / len(votes)
@@ -194,6 +212,9 @@ def summarize(problems: list[dict[str, Any]], ks: Sequence[int], lengths: list[i
                 sub_maj = _mean_maj(ps, ks)
                 if sub_maj is not None:
                     sub["maj@k"] = sub_maj
+                sub_rm = _mean_rm(ps, ks)
+                if sub_rm is not None:
+                    sub["rm@k"] = sub_rm
                 result[f"by_{key}"][b] = sub
     result["problems"] = problems
     return result

@@ -11,6 +11,7 @@ never builds a large binomial coefficient, so it is exact enough for n and k in 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -169,3 +170,40 @@ def _maj_monte_carlo(counts: list[int], correct: list[bool], abstain: int, k: in
         score += float(wins.sum())
         done += b
     return score / draws
+
+
+# --------------------------------------------------------------------------------------------------------------
+# rm@k: best-of-k selection by a scorer (a reward model)
+
+
+def best_of_k(scores: Sequence[float], correct_flags: Sequence[bool], k: int) -> float:
+    """Expected accuracy of the top-scored sample among k drawn without replacement from the n given.
+
+    rm@k = E_S[ correct(argmax_{i in S} score_i) ],  S a uniformly random k-subset,
+
+    with a tie at the top broken uniformly at random. Exact: sort the scores in descending order and group equal
+    scores; with `a` samples scored above a group of size g, the subset's top lies in that group with probability
+    (C(n - a, k) - C(n - a - g, k)) / C(n, k), and by symmetry the pick inside it is correct with probability
+    (correct in the group) / g. So rm@1 is the fraction of correct samples and rm@n the top-scored sample's
+    correctness (a tied top: its mean). A non-finite score ranks below every finite one.
+    """
+    from math import comb, isfinite
+
+    n = len(scores)
+    if len(correct_flags) != n:
+        raise ValueError(f"got {n} scores but {len(correct_flags)} correctness flags")
+    if not 1 <= k <= n:
+        raise ValueError(f"need 1 <= k <= n; got k={k}, n={n}")
+    keyed = sorted(((float(s) if isfinite(float(s)) else -math.inf), bool(ok)) for s, ok in zip(scores, correct_flags))
+    keyed.reverse()
+    total, above, i, denom = 0.0, 0, 0, comb(n, k)
+    while i < n:
+        j = i
+        while j < n and keyed[j][0] == keyed[i][0]:
+            j += 1
+        size, right = j - i, sum(ok for _, ok in keyed[i:j])
+        if right:
+            total += (comb(n - above, k) - comb(n - above - size, k)) / denom * right / size
+        above += size
+        i = j
+    return total

@@ -10,7 +10,8 @@ import torch
 
 from rlvr.config import Config, ConfigError
 from rlvr.eval.evaluate import evaluate, graded, write_results
-from rlvr.models import check_vocab, load_causal_lm, load_tokenizer, resolve_device, resolve_dtype
+from rlvr.models import (check_vocab, load_causal_lm, load_tokenizer, resolve_device, resolve_dtype,
+                         resolve_model_path)
 from rlvr.models.vision import is_vision_checkpoint, load_processor, load_vlm_for_training
 from rlvr.rollout import ENGINES, SamplingParams, build_engine
 from rlvr.runtime import ProgressReporter, console, seed_everything, step_seed
@@ -70,6 +71,7 @@ def run_eval(cfg: Config, model_path: str, out: Path | None, *, key: str = "MODE
         from rlvr.sampling.search import load_search_compare
 
         search_compare = load_search_compare(cfg.search.settings(), tokenizer, device=cfg.model.device)
+    scorer = select_scorer(cfg, task)  # checked before the policy loads
     dtype = resolve_dtype(cfg.model.dtype, device)
     processor = None
     visual = getattr(task, "visual", False)
@@ -102,7 +104,8 @@ def run_eval(cfg: Config, model_path: str, out: Path | None, *, key: str = "MODE
                                      compare=search_compare, traversal=traversal)
         show = print_search_result
     else:
-        run_eval = functools.partial(evaluate, engine, renderer, task, records, params, cfg.eval.ks)
+        run_eval = functools.partial(evaluate, engine, renderer, task, records, params, cfg.eval.ks,
+                                     scorer=scorer)
         show = print_result
     with ProgressReporter("eval", len(records), cfg.logging.progress) as progress:
         result = run_eval(on_progress=lambda done, total: progress.update(done))
@@ -123,6 +126,33 @@ def run_eval(cfg: Config, model_path: str, out: Path | None, *, key: str = "MODE
                           f"{backs} backtracks among them) -> {sft_out}; train on them with: rlvr sft "
                           f"recipes/search_sft_traversal.yaml data.path={sft_out}")
     return result
+
+
+def select_scorer(cfg: Config, task: Any) -> Any:
+    """`eval.select_model`: a reward model (`rlvr rm`'s final/) scoring each sample, for rm@k; None without."""
+    if cfg.eval.select_model is None:
+        return None
+    import json
+
+    from rlvr.rewards.models import SequenceClassifierReward
+
+    path = resolve_model_path(cfg.eval.select_model, key="eval.select_model")
+    config = path / "config.json"
+    archs = json.loads(config.read_text()).get("architectures") or [] if config.is_file() else []
+    if not any(a.endswith("ForSequenceClassification") for a in archs):
+        raise ConfigError(f"eval.select_model: {path} is not a reward model (its config.json names "
+                          f"{archs or 'no architecture'}; a scoring head would start at random); use the final/ "
+                          "directory of `rlvr rm`")
+    if cfg.search is not None:
+        raise ConfigError("eval.select_model: a search evaluation picks its own answer (search.select); remove "
+                          "eval.select_model or the search section")
+    rm = SequenceClassifierReward(path=str(path), normalize="raw", device=cfg.model.device)
+
+    def score(record: Any, responses: list[str]) -> list[float]:
+        question = task.plain_prompt(record) if hasattr(task, "plain_prompt") else record.question
+        return rm.score_texts([question] * len(responses), responses)
+
+    return score
 
 
 def _traversal_spec(cfg: Config, sft_out: Path | None, sft_mode: str, backtrack: str | None,
@@ -194,9 +224,10 @@ def print_result(result: dict[str, Any]) -> None:
         table.add_column(f"pass@{k}", justify="right")
     table.add_column("prompts", justify="right")
     table.add_row("all", *(f"{100 * result['pass@k'][k]:.1f}%" for k in ks), str(result["num_prompts"]))
-    if result.get("maj@k"):
-        table.add_row("all (maj@k)", *(f"{100 * result['maj@k'][k]:.1f}%" if k in result["maj@k"] else "-"
-                                       for k in ks), str(result["num_prompts"]))
+    for key in ("maj@k", "rm@k"):
+        if result.get(key):
+            table.add_row(f"all ({key})", *(f"{100 * result[key][k]:.1f}%" if k in result[key] else "-"
+                                            for k in ks), str(result["num_prompts"]))
     for key in ("by_difficulty", "by_source"):
         for name, sub in result.get(key, {}).items():
             table.add_row(f"{key[3:]}={name}", *(f"{100 * sub['pass@k'][k]:.1f}%" for k in ks),

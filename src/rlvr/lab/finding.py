@@ -22,6 +22,7 @@ Nothing here is tuned after a result: a negative stays a row with its diagnosis 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -37,11 +38,21 @@ LAB_COMMON = ["model.path=builtin-lab", "task={name: countdown}", "rollout.max_n
               "eval.before=false", "eval.after=true", "logging.progress=false", "checkpoint.every=0"]
 
 
+PREPARE_REF = re.compile(r"\{prepare\.([A-Za-z0-9_-]+)\}")
+
+
 class Arm(Strict):
     recipe: str = Field(description="a shipped recipe's name (grpo) or a recipe file")
     overrides: list[str] = Field(default_factory=list, description="the arm's own knob(s), key=value")
     train: bool = Field(True, description="false: evaluate the starting model (no training)")
     model: str = Field("builtin-lab", description="with train: false, the model to evaluate")
+
+
+class PrepareStep(Strict):
+    command: Literal["train", "rm"] = Field("train", description="rlvr train (a lab run) or rlvr rm (a reward model)")
+    recipe: str = Field(description="a shipped recipe's name or a recipe file")
+    overrides: list[str] = Field(default_factory=list, description="key=value; {prepare.NAME} is an earlier "
+                                 "step's directory for the same seed")
 
 
 class EvalSpec(Strict):
@@ -76,6 +87,9 @@ class Finding(Strict):
     seed_values: list[int] | None = Field(None, description="exactly these seeds (instead of seeds/first_seed)")
     eval: EvalSpec = Field(default_factory=EvalSpec)
     common: list[str] = Field(default_factory=list, description="overrides for every arm after the lab's own")
+    prepare: dict[str, PrepareStep] = Field(default_factory=dict, description="runs made per seed before the arms, "
+                                            "in order (e.g. a reward model); an arm's override names one's "
+                                            "directory as {prepare.NAME}")
     minutes: float | None = Field(None, description="measured wall time of the whole finding with --jobs 2 "
                                   "on the 2-core CPU (docs/findings.md says under what load)")
     notes: str = ""
@@ -87,12 +101,20 @@ class Finding(Strict):
                 raise ValueError(f"{key}: '{getattr(self, key)}' is not one of the arms ({', '.join(self.arms)})")
         if self.control == self.treatment:
             raise ValueError("treatment: must differ from control")
+        names = list(self.prepare)
+        for where, overrides, known in ([(f"prepare.{n}", st.overrides, names[:i])
+                                          for i, (n, st) in enumerate(self.prepare.items())]
+                                        + [(f"arms.{n}", a.overrides, names) for n, a in self.arms.items()]):
+            for ref in PREPARE_REF.findall(" ".join(overrides)):
+                if ref not in known:
+                    raise ValueError(f"{where}: {{prepare.{ref}}} names no earlier preparation step "
+                                     f"({', '.join(known) or 'none'})")
         from rlvr.lab.metrics import METRICS, metric_known
 
         for m in [self.metric, *self.report]:
             if not metric_known(m):
                 raise ValueError(f"metric '{m}' is unknown; expected one of {', '.join(METRICS)} "
-                                 "(pass@K and maj@K for any K in eval.ks)")
+                                 "(pass@K, maj@K, rm@K and best_of@K for any K in eval.ks)")
         return self
 
     def seed_list(self) -> list[int]:
@@ -139,6 +161,8 @@ def comparison_finding(mine: str, baseline: str, *, seeds: int, first_seed: int,
                        rollout_tokens: int | None, direction: str = "higher", metric: str = "pass@1",
                        overrides: list[str] | None = None) -> Finding:
     """`rlvr lab compare MINE BASELINE`: does my recipe beat the baseline on the lab task, at equal budget?"""
+    from rlvr.lab.metrics import is_rate
+
     names = [Path(mine).stem, Path(baseline).stem]
     if names[0] == names[1]:
         names = [f"{names[0]}-mine", names[1]]
@@ -148,7 +172,7 @@ def comparison_finding(mine: str, baseline: str, *, seeds: int, first_seed: int,
                  f"{names[1]} at equal rollout budget",
         "arms": {names[0]: {"recipe": mine}, names[1]: {"recipe": baseline}},
         "control": names[1], "treatment": names[0], "metric": metric, "direction": direction,
-        "min_effect": 0.02 if metric.startswith(("pass@", "maj@")) else 0.0,
+        "min_effect": 0.02 if is_rate(metric) else 0.0,
         "steps": steps, "rollout_tokens": rollout_tokens, "seeds": seeds, "first_seed": first_seed,
     }
     from rlvr.config.loading import validate

@@ -105,17 +105,27 @@ METRICS: dict[str, Callable[[Path], float]] = {
     "solve_rate": solve_rate,
     "tokens_per_problem": tokens_per_problem,
 }
-_AT_K = re.compile(r"(pass|maj)@(\d+)$")
+# pass@K, maj@K (majority vote), rm@K (best-of-K by eval.select_model), and best_of@K: the arm's own selector's
+# accuracy among K samples, rm@K when its evaluation has a reward model, else maj@K (a vote-vs-RM finding's
+# arms then differ only in eval.select_model).
+_AT_K = re.compile(r"(pass|maj|rm|best_of)@(\d+)$")
 
 
 def metric_known(name: str) -> bool:
     return name in METRICS or _AT_K.match(name) is not None
 
 
+def is_rate(name: str) -> bool:
+    """A metric that is a share of problems (shown in %): pass@K, maj@K, rm@K, best_of@K, solve_rate,
+    unsolved_frac."""
+    return _AT_K.match(name) is not None or name in ("solve_rate", "unsolved_frac")
+
+
 def run_metric(name: str, run_dir: Path) -> float:
     """The value of metric `name` for one finished run (nan when the run did not record it)."""
     m = _AT_K.match(name)
     if m:
-        table = _eval(run_dir).get(f"{m[1]}@k", {})
-        return float(table.get(m[2], math.nan))
+        result = _eval(run_dir)
+        kind = m[1] if m[1] != "best_of" else ("rm" if "rm@k" in result else "maj")
+        return float(result.get(f"{kind}@k", {}).get(m[2], math.nan))
     return float(METRICS[name](run_dir))

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.config import ConfigError
-from rlvr.lab.finding import LAB_COMMON, Finding, dump_finding, resolve_recipe
-from rlvr.lab.metrics import run_metric
+from rlvr.lab.finding import LAB_COMMON, PREPARE_REF, Finding, dump_finding, resolve_recipe
+from rlvr.lab.metrics import is_rate, run_metric
 from rlvr.lab.stats import Method, difference_interval, mean_interval, verdict
 from rlvr.runtime import console
 from rlvr.trainer.sweep import PlannedArm, SweepRun, plan_runs, run_sweep
@@ -35,9 +35,26 @@ def finding_overrides(finding: Finding) -> list[str]:
     return [*common, *finding.common]
 
 
+def _expand(overrides: list[str], out: Path) -> list[str]:
+    """{prepare.NAME} -> that preparation step's run directory for the run's seed ({seed}: see plan_runs)."""
+    return [PREPARE_REF.sub(lambda m: str(out / "prepare" / "runs" / m[1] / "seed{seed}"), o) for o in overrides]
+
+
+def plan_prepare(finding: Finding, out: Path) -> list[list[SweepRun]]:
+    """The preparation steps, in order, each one run per seed in OUT/prepare/runs/NAME/seedS: a `train` step
+    is a lab run (the lab's task and model), an `rm` step an `rlvr rm`; done once its final/ is written."""
+    stages = []
+    for name, step in finding.prepare.items():
+        arm = PlannedArm(name, resolve_recipe(step.recipe, f"prepare.{name}.recipe"), _expand(step.overrides, out),
+                         verb=step.command, done_file="final/config.json")
+        common = LAB_COMMON if step.command == "train" else ["logging.progress=false"]
+        stages.append(plan_runs([arm], finding.seed_list(), out / "prepare", common))
+    return stages
+
+
 def plan_finding(finding: Finding, out: Path) -> list[SweepRun]:
     """Every (arm, seed) run, each config validated before anything starts."""
-    arms = [PlannedArm(name, resolve_recipe(arm.recipe, f"arms.{name}.recipe"), list(arm.overrides),
+    arms = [PlannedArm(name, resolve_recipe(arm.recipe, f"arms.{name}.recipe"), _expand(arm.overrides, out),
                        None if arm.train else arm.model)
             for name, arm in finding.arms.items()]
     return plan_runs(arms, finding.seed_list(), out, finding_overrides(finding))
@@ -45,14 +62,19 @@ def plan_finding(finding: Finding, out: Path) -> list[SweepRun]:
 
 def run_finding(finding: Finding, out: Path, *, jobs: int = 1, method: Method = "t") -> dict[str, Any]:
     """Run (or continue) the finding in `out` and write its results; returns lab.json's content."""
+    stages = plan_prepare(finding, out)
     runs = plan_finding(finding, out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "finding.yaml").write_text(dump_finding(finding))
     console.print(f"lab: {finding.name}: {len(finding.arms)} arms x {finding.seeds} seeds "
                   f"(seeds {finding.seed_list()}) -> {out}")
+    failed = []
+    for name, stage in zip(finding.prepare, stages):
+        console.print(f"lab: preparation '{name}'")
+        failed += [f"prepare {f}" for f in run_sweep(stage, out / "prepare", jobs, summarize=False)["failed"]]
     summary = run_sweep(runs, out, jobs)
     result = analyze(finding, runs, method=method)
-    result["failed_runs"] = summary.get("failed", [])
+    result["failed_runs"] = failed + summary.get("failed", [])
     write_results(result, out)
     return result
 
@@ -106,7 +128,7 @@ def _why(finding: Finding, effect: Any, decided: str) -> str:
 def _fmt(m: str, d: dict[str, Any]) -> str:
     if not d.get("n"):
         return "n/a"
-    scale, unit = (100.0, "%") if m.startswith(("pass@", "maj@")) or m in ("unsolved_frac",) else (1.0, "")
+    scale, unit = (100.0, "%") if is_rate(m) else (1.0, "")
     lo, hi = d["lo"], d["hi"]
     if math.isinf(lo) or math.isinf(hi):
         return f"{scale * d['mean']:.3g}{unit} (1 seed)"

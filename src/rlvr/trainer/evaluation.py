@@ -28,8 +28,11 @@ def run_eval(cfg: Config, engine: Any, renderer: Any, task: Any, run_dir: Path, 
                             max_new_tokens=cfg.rollout.max_new_tokens, stop=list(cfg.rollout.stop))
     rng_state = torch.get_rng_state()
     torch.manual_seed(step_seed(cfg.run.seed, 10**9))  # evals use their own seed; training RNG untouched
+    from rlvr.eval.run import select_scorer
+
+    scorer = select_scorer(cfg, task)  # eval.select_model: rm@k beside maj@k
     with ProgressReporter(f"eval ({tag})", len(records), cfg.logging.progress) as progress:
-        result = evaluate(engine, renderer, task, records, params, cfg.eval.ks, generate=generate,
+        result = evaluate(engine, renderer, task, records, params, cfg.eval.ks, generate=generate, scorer=scorer,
                           on_progress=lambda done, total: progress.update(done))
     torch.set_rng_state(rng_state)
     result["tag"] = tag
@@ -53,6 +56,7 @@ def saved_eval(run_dir: Path, tag: str) -> dict[str, Any] | None:
 def eval_summary(result: dict[str, Any]) -> dict[str, float]:
     out = {f"pass@{k}": v for k, v in result["pass@k"].items()}
     out.update({f"maj@{k}": v for k, v in result.get("maj@k", {}).items() if k != "1"})
+    out.update({f"rm@{k}": v for k, v in result.get("rm@k", {}).items() if k != "1"})
     if graded(result):
         out["mean_reward"] = result["mean_reward"]
     out["mean_length"] = result["mean_length"]

@@ -25,7 +25,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from rlvr.config import ConfigError, load_config
+from rlvr.config import Config, ConfigError, RMConfig, load_config
 from rlvr.runtime import console
 from rlvr.tracking import read_metrics
 
@@ -41,6 +41,8 @@ class SweepRun:
     overrides: list[str]
     arm: str | None = None  # the name in tables; default: the recipe's stem
     model: str | None = None  # set: evaluate this model instead of training
+    verb: str = "train"  # the rlvr command of a run that is not an evaluation: train, or rm (a preparation)
+    done_file: str | None = None  # set: the run is done when RUN_DIR/DONE_FILE exists (e.g. final/config.json)
 
     @property
     def name(self) -> str:
@@ -48,12 +50,14 @@ class SweepRun:
 
     @property
     def done(self) -> bool:
+        if self.done_file is not None:
+            return (self.run_dir / self.done_file).is_file()
         trained = self.model is not None or (self.run_dir / "final" / "config.json").is_file()
         return trained and (self.run_dir / "eval_after.json").is_file()
 
     def command(self) -> list[str]:
         if self.model is None:
-            return ["train", str(self.recipe), *self.overrides]
+            return [self.verb, str(self.recipe), *self.overrides]
         evals = [o for o in self.overrides if not o.startswith(("run.dir=", "train.", "eval.every=", "model.path="))]
         return ["eval", self.model, "--config", str(self.recipe), "--out", str(self.run_dir / "eval_after.json"),
                 *evals]
@@ -79,22 +83,31 @@ class PlannedArm:
     recipe: Path
     overrides: list[str] = field(default_factory=list)
     model: str | None = None
+    verb: str = "train"  # rlvr train, or rlvr rm (a reward model: a lab finding's preparation)
+    done_file: str | None = None  # see SweepRun.done_file
+
+
+def _schema(verb: str) -> Any:
+    return {"train": Config, "rm": RMConfig}[verb]
 
 
 def plan_runs(arms: Sequence[PlannedArm], seeds: Sequence[int], out: Path, common: Sequence[str]) -> list[SweepRun]:
     """One run per (arm, seed) in OUT/runs/ARM/seedS, with overrides `common`, then the arm's, then the seed and
-    directory; every config is validated before anything starts (all problems reported at once)."""
+    directory; `{seed}` in an override is replaced by the run's seed. Every config is validated before anything
+    starts (all problems reported at once)."""
     runs, problems = [], []
     for arm in arms:
         for seed in seeds:
             run_dir = out / "runs" / arm.name / f"seed{seed}"
-            extra = [*common, *arm.overrides, f"run.seed={seed}", f"run.dir={run_dir}"]
+            extra = [o.replace("{seed}", str(seed)) for o in [*common, *arm.overrides]]
+            extra += [f"run.seed={seed}", f"run.dir={run_dir}"]
             try:
-                load_config(arm.recipe, extra)
+                load_config(arm.recipe, extra, schema=_schema(arm.verb))
             except ConfigError as err:
                 problems.append(f"{arm.name} ({arm.recipe}): {err}")
                 break
-            runs.append(SweepRun(arm.recipe, seed, run_dir, extra, arm=arm.name, model=arm.model))
+            runs.append(SweepRun(arm.recipe, seed, run_dir, extra, arm=arm.name, model=arm.model, verb=arm.verb,
+                                 done_file=arm.done_file))
     if problems:
         raise ConfigError(problems)
     return runs
@@ -119,7 +132,9 @@ def _execute(run: SweepRun, threads: int) -> tuple[SweepRun, int, float]:
     return run, proc.returncode, time.perf_counter() - started
 
 
-def run_sweep(runs: list[SweepRun], out: Path, jobs: int = 1) -> dict[str, Any]:
+def run_sweep(runs: list[SweepRun], out: Path, jobs: int = 1, *, summarize: bool = True) -> dict[str, Any]:
+    """Run what is not done yet, `jobs` at a time; with `summarize`, write OUT/summary.{json,md} and curves.png
+    (runs that end in an evaluation). Returns the summary ({"failed": [...]} alone without `summarize`)."""
     out.mkdir(parents=True, exist_ok=True)
     threads = max(1, len(os.sched_getaffinity(0)) // max(1, jobs))  # the cores this process may use (taskset)
     pending = [r for r in runs if not r.done]
@@ -131,6 +146,8 @@ def run_sweep(runs: list[SweepRun], out: Path, jobs: int = 1) -> dict[str, Any]:
             console.print(escape(f"  [{i}/{len(pending)}] {run.name} seed {run.seed}: {status} in {seconds:.0f} s"))
             if code != 0:
                 failures.append(run)
+    if not summarize:
+        return {"failed": [f"{r.name} seed {r.seed}" for r in failures]}
     summary = summarize_sweep([r for r in runs if r.done])
     summary["failed"] = [f"{r.name} seed {r.seed}" for r in failures]
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -226,7 +243,8 @@ def plot_curves(runs: list[SweepRun], path: Path) -> None:
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
+    if axes[0].get_legend_handles_labels()[0]:  # evaluation-only arms draw no curve
+        axes[0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
