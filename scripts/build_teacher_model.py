@@ -1,19 +1,24 @@
 #!/usr/bin/env python
-"""Build the built-in teacher (src/rlvr/models/builtin_teacher/): the built-in model after the demo's GRPO run.
+"""Build a built-in teacher: a shipped model after a GRPO run of recipes/grpo.yaml (seed 0).
 
-    python scripts/build_teacher_model.py                  # trains recipes/grpo.yaml (seed 0), ~5-20 min on CPU
-    python scripts/build_teacher_model.py --from-run DIR   # copy DIR/final of a finished `rlvr train
-                                                           # recipes/grpo.yaml` run instead of training again
+    python scripts/build_teacher_model.py                  # builtin-teacher: the built-in model after the
+                                                           # demo's GRPO run on addition, ~5-20 min on CPU
+    python scripts/build_teacher_model.py --lab            # builtin-lab-teacher: the lab model after 300 GRPO
+                                                           # steps on Countdown (docs/lab.md), ~10-25 min
+    python scripts/build_teacher_model.py --from-run DIR   # copy DIR/final of a finished run of the same
+                                                           # command instead of training again
 
-The teacher shares the built-in model's tokenizer and architecture and is much more accurate on held-out
-addition (its pass@1 is written to build_info.json from the run's eval_after.json), so distillation recipes
-(on_policy_distill, kdrl) have something to learn from on a laptop CPU without any download.
+A teacher shares its student's tokenizer and architecture and is more accurate on the held-out split (its
+pass@k is written to build_info.json from the run's eval_after.json), so distillation recipes
+(on_policy_distill, kdrl) have something to learn from on a laptop CPU without any download. It is stronger,
+not larger: the same size as its student, trained longer.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -21,34 +26,49 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "src" / "rlvr" / "models" / "builtin_teacher"
+MODELS = ROOT / "src" / "rlvr" / "models"
 FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
+LAB_STEPS = 300
+# name -> (output directory, overrides of recipes/grpo.yaml, what build_info.json says it is)
+TEACHERS = {
+    "builtin-teacher": (MODELS / "builtin_teacher", [],
+                        "rlvr train recipes/grpo.yaml (seed 0) from the built-in model; final/ of that run"),
+    "builtin-lab-teacher": (MODELS / "builtin_lab_teacher",
+                            ["model.path=builtin-lab", "task={name: countdown}", "rollout.max_new_tokens=64",
+                             f"train.steps={LAB_STEPS}", "eval.before=false", "eval.after=true", "eval.n=16",
+                             "eval.ks=[1,16]", "checkpoint.every=0"],
+                            f"rlvr train recipes/grpo.yaml (seed 0) from builtin-lab on countdown, {LAB_STEPS} "
+                            "steps; final/ of that run"),
+}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--from-run", type=Path, default=None, help="a finished recipes/grpo.yaml run directory")
+    ap.add_argument("--lab", action="store_true", help="build builtin-lab-teacher (the lab model's teacher)")
+    ap.add_argument("--from-run", type=Path, default=None, help="a finished run of the same command")
     args = ap.parse_args()
+    name = "builtin-lab-teacher" if args.lab else "builtin-teacher"
+    out, overrides, source = TEACHERS[name]
     with tempfile.TemporaryDirectory(prefix="rlvr-teacher-") as tmp:
         run = args.from_run
         if run is None:
             run = Path(tmp) / "run"
-            subprocess.run([sys.executable, "-m", "rlvr", "train", str(ROOT / "recipes" / "grpo.yaml"),
+            subprocess.run([sys.executable, "-m", "rlvr", "train", str(ROOT / "recipes" / "grpo.yaml"), *overrides,
                             f"run.dir={run}", "logging.progress=false"], check=True, cwd=ROOT,
-                           env={"PYTHONPATH": str(ROOT / "src"), **__import__("os").environ})
+                           env={"PYTHONPATH": str(ROOT / "src"), **os.environ})
         final, after = run / "final", run / "eval_after.json"
         missing = [f for f in FILES if not (final / f).is_file()]
         if missing or not after.is_file():
             sys.exit(f"{run}: not a finished run (missing {missing or 'eval_after.json'})")
-        OUT.mkdir(parents=True, exist_ok=True)
+        out.mkdir(parents=True, exist_ok=True)
         for f in FILES:
-            shutil.copy2(final / f, OUT / f)
+            shutil.copy2(final / f, out / f)
         result = json.loads(after.read_text())
-        info = {"source": "rlvr train recipes/grpo.yaml (seed 0) from the built-in model; final/ of that run",
+        info = {"source": source,
                 "heldout_eval": {"pass@k": result.get("pass@k"), "n": result.get("n"),
                                  "prompts": result.get("num_prompts"), "temperature": result.get("temperature")}}
-        (OUT / "build_info.json").write_text(json.dumps(info, indent=2) + "\n")
-        print(f"wrote {OUT} (held-out pass@k {result.get('pass@k')})")
+        (out / "build_info.json").write_text(json.dumps(info, indent=2) + "\n")
+        print(f"wrote {out} ({name}; held-out pass@k {result.get('pass@k')})")
 
 
 if __name__ == "__main__":

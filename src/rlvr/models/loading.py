@@ -3,7 +3,8 @@
 `path: builtin` means the small model shipped inside the package (`rlvr/models/builtin/`), `builtin-vl`
 its tiny vision-language sibling (`rlvr/models/builtin_vl/`, see `rlvr.models.vision`), and `builtin-teacher`
 the built-in model after GRPO training (`rlvr/models/builtin_teacher/`, a teacher for distillation), and
-`builtin-lab` the lab's Countdown model (`rlvr/models/builtin_lab/`, docs/lab.md). Anything else
+`builtin-lab` the lab's Countdown model (`rlvr/models/builtin_lab/`, docs/lab.md) with its teacher
+`builtin-lab-teacher` (the lab model after GRPO, `rlvr/models/builtin_lab_teacher/`). Anything else
 must be a local directory holding a transformers checkpoint (config.json plus weights), e.g. a downloaded
 Qwen2.5-0.5B-Instruct. Nothing is downloaded at run time.
 """
@@ -22,6 +23,7 @@ BUILTIN_DIR = Path(__file__).parent / "builtin"
 BUILTIN_VL_DIR = Path(__file__).parent / "builtin_vl"
 BUILTIN_TEACHER_DIR = Path(__file__).parent / "builtin_teacher"
 BUILTIN_LAB_DIR = Path(__file__).parent / "builtin_lab"
+BUILTIN_LAB_TEACHER_DIR = Path(__file__).parent / "builtin_lab_teacher"
 
 
 class ModelError(ValueError):
@@ -34,6 +36,8 @@ BUILTIN_MODELS = {
     "builtin-vl": (BUILTIN_VL_DIR, "the built-in VLM", "scripts/build_vl_model.py"),
     "builtin-teacher": (BUILTIN_TEACHER_DIR, "the built-in teacher", "scripts/build_teacher_model.py"),
     "builtin-lab": (BUILTIN_LAB_DIR, "the lab model", "scripts/build_lab_model.py"),
+    "builtin-lab-teacher": (BUILTIN_LAB_TEACHER_DIR, "the lab model's teacher",
+                            "scripts/build_teacher_model.py --lab"),
 }
 
 
