@@ -192,7 +192,7 @@ def check(argv: list[str], tmp_path: Path) -> None:
             load_config(recipe, _builtin([*overrides, f"train.steps={p['steps']}"]))
     elif name == "lab":  # a finding (or a comparison) is planned: every arm's config validates, nothing runs
         from rlvr.lab.finding import comparison_finding, load_finding
-        from rlvr.lab.run import plan_finding
+        from rlvr.lab.run import plan_finding, plan_prepare
 
         words = list(p["args"] or [])
         if p["list_"] or not words:
@@ -204,6 +204,7 @@ def check(argv: list[str], tmp_path: Path) -> None:
                                          overrides=words[3:])
         else:
             finding = load_finding(words[0], words[1:])
+        plan_prepare(finding, tmp_path / "lab")
         plan_finding(finding, tmp_path / "lab")
     elif name == "report":
         pass  # parsed; it reads a run directory
