@@ -161,9 +161,11 @@ def _run_stats(run_dir: Path) -> dict[str, float]:
     metrics = read_metrics(run_dir) if (run_dir / "metrics.jsonl").is_file() else []  # none: an eval-only arm
     after = json.loads((run_dir / "eval_after.json").read_text())
     last = metrics[-1] if metrics else {}
-    evals = [m["eval/pass@1"] for m in metrics if "eval/pass@1" in m] + [after["pass@k"]["1"]]
+    passk = after.get("pass@k") or {}
+    final = passk.get("1", after.get("solve_rate", math.nan))  # a search evaluation: its searched answer's pass@1
+    evals = [m["eval/pass@1"] for m in metrics if "eval/pass@1" in m] + [final]
     stats = {
-        "final_pass@1": after["pass@k"]["1"],
+        "final_pass@1": final,
         "best_pass@1": max(evals),
         "final_entropy": last.get("entropy", float("nan")),
         "steps": float(len(metrics)),
@@ -173,7 +175,7 @@ def _run_stats(run_dir: Path) -> dict[str, float]:
         "train_tokens": sum(m.get("train_tokens", 0.0) for m in metrics),
         "wall_s": sum(m.get("step_s", 0.0) for m in metrics),
     }
-    for k, v in after["pass@k"].items():
+    for k, v in passk.items():
         if k != "1":
             stats[f"final_pass@{k}"] = v
     return stats
@@ -201,13 +203,15 @@ def summary_table(summary: dict[str, Any]) -> str:
     recipes = summary["recipes"]
     if not recipes:
         return "(no finished runs)"
-    keys = list(next(iter(recipes.values())))
-    keys.remove("seeds")
+    keys = list(dict.fromkeys(k for row in recipes.values() for k in row if k != "seeds"))  # every arm's, in order
     head = "| recipe | seeds | " + " | ".join(keys) + " |"
     lines = [head, "|" + "---|" * (len(keys) + 2)]
     for name, row in recipes.items():
         cells = []
         for k in keys:
+            if k not in row:  # e.g. pass@16 of a plain evaluation beside a search evaluation's arm
+                cells.append("n/a")
+                continue
             m, s = row[k]["mean"], row[k]["std"]
             if "pass@" in k:
                 cells.append(f"{100 * m:.1f} ± {100 * s:.1f}%")
