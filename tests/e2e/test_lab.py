@@ -12,7 +12,7 @@ import yaml
 
 from rlvr.config import ConfigError
 from rlvr.lab.finding import list_findings, load_finding
-from rlvr.lab.run import plan_finding, plan_prepare, run_finding
+from rlvr.lab.run import check_same_definition, plan_finding, plan_prepare, run_finding
 
 pytestmark = pytest.mark.slow
 
@@ -103,6 +103,15 @@ def test_lab_cli_list_compare_plan_and_errors(tmp_path):
     with pytest.raises(ConfigError, match="prepare.rm"):  # a step may name only the steps before it
         load_finding(write_finding(tmp_path / "q.yaml", prepare={
             "rm": {"command": "rm", "recipe": "rm_bt", "overrides": ["data.path={prepare.rm}/x.jsonl"]}}))
+    # an OUT made by another definition of the finding is refused; more seeds or new prose continue it
+    made = load_finding(write_finding(tmp_path / "made.yaml"))
+    (tmp_path / "made").mkdir()
+    (tmp_path / "made" / "finding.yaml").write_text(yaml.safe_dump(
+        {k: v for k, v in made.model_dump(mode="json").items() if k != "prepare"}))  # written before `prepare`
+    check_same_definition(load_finding(write_finding(tmp_path / "more.yaml", seeds=9, notes="x")), tmp_path / "made")
+    with pytest.raises(ConfigError, match=r"holds runs of another definition of 'tiny' \(it differs in eval, steps\)"):
+        check_same_definition(load_finding(write_finding(tmp_path / "other.yaml", steps=3, eval={"n": 4, "ks": [1, 2]})),
+                              tmp_path / "made")
     with pytest.raises(ConfigError, match="eval.ks"):
         load_finding(write_finding(tmp_path / "c.yaml", eval={"n": 2, "ks": [4]}))
     with pytest.raises(ConfigError, match="recipe 'no_such_recipe' not found"):

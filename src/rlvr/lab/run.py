@@ -64,6 +64,7 @@ def run_finding(finding: Finding, out: Path, *, jobs: int = 1, method: Method = 
     """Run (or continue) the finding in `out` and write its results; returns lab.json's content."""
     stages = plan_prepare(finding, out)
     runs = plan_finding(finding, out)
+    check_same_definition(finding, out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "finding.yaml").write_text(dump_finding(finding))
     console.print(f"lab: {finding.name}: {len(finding.arms)} arms x {finding.seeds} seeds "
@@ -77,6 +78,35 @@ def run_finding(finding: Finding, out: Path, *, jobs: int = 1, method: Method = 
     result["failed_runs"] = failed + summary.get("failed", [])
     write_results(result, out)
     return result
+
+
+# What may change between invocations in one OUT: the seeds (more seeds continue a finding) and the prose.
+_FREE_KEYS = ("seeds", "first_seed", "seed_values", "minutes", "notes", "title")
+
+
+def check_same_definition(finding: Finding, out: Path) -> None:
+    """Refuse to continue in an OUT whose finished runs were made by another definition of the finding (other
+    arms, budget or evaluation): they would count as done and be analysed as if they were this one's."""
+    import yaml
+
+    path = out / "finding.yaml"
+    if not path.is_file():
+        return
+    try:
+        before = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError:
+        return
+    now = finding.model_dump(mode="json")
+
+    def earlier(key: str) -> Any:  # a key written before it existed: its default
+        if key in before or key not in Finding.model_fields:
+            return before.get(key)
+        return Finding.model_fields[key].get_default(call_default_factory=True)
+
+    changed = sorted(k for k in set(before) | set(now) if k not in _FREE_KEYS and earlier(k) != now.get(k))
+    if changed:
+        raise ConfigError(f"--out: {out} holds runs of another definition of '{finding.name}' (it differs in "
+                          f"{', '.join(changed)}); pass a new --out, or remove {out} to start over")
 
 
 def analyze(finding: Finding, runs: list[SweepRun], *, method: Method = "t") -> dict[str, Any]:
