@@ -358,7 +358,7 @@ def lab(
         if list_:
             from rich.table import Table
 
-            table = Table("finding", "arms", "budget", "wall time, --jobs 2 on 2 cores")
+            table = Table("finding", "arms", "budget", "wall time (jobs and load: docs/findings.md)")
             for row in findings_listing(list_findings()):
                 table.add_row(*row)
             _console().print(table)

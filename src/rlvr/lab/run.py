@@ -230,7 +230,11 @@ def findings_listing(names: list[str]) -> list[tuple[str, str, str, str]]:
         except ConfigError as err:
             rows.append((name, "(invalid)", str(err).splitlines()[-1], ""))
             continue
-        budget = f"{f.steps} steps" + (f", {f.rollout_tokens:,} tokens" if f.rollout_tokens else "")
+        trains = any(a.train for a in f.arms.values())
+        budget = (f"{f.steps} steps" + (f", {f.rollout_tokens:,} tokens" if f.rollout_tokens else "")
+                  if trains else "evaluation only")
+        if f.prepare:
+            budget += f"; prepared: {', '.join(f.prepare)}"
         rows.append((name, " vs ".join(f.arms), f"{f.seeds} seeds x {budget}",
                      f"{f.minutes:.0f} min (measured)" if f.minutes is not None else "not yet run"))
     return rows
