@@ -187,23 +187,22 @@ def best_of_k(scores: Sequence[float], correct_flags: Sequence[bool], k: int) ->
     (correct in the group) / g. So rm@1 is the fraction of correct samples and rm@n the top-scored sample's
     correctness (a tied top: its mean). A non-finite score ranks below every finite one.
     """
-    from math import comb, isfinite
-
     n = len(scores)
     if len(correct_flags) != n:
         raise ValueError(f"got {n} scores but {len(correct_flags)} correctness flags")
     if not 1 <= k <= n:
         raise ValueError(f"need 1 <= k <= n; got k={k}, n={n}")
-    keyed = sorted(((float(s) if isfinite(float(s)) else -math.inf), bool(ok)) for s, ok in zip(scores, correct_flags))
+    keyed = sorted(((float(s) if math.isfinite(float(s)) else -math.inf), bool(ok))
+                   for s, ok in zip(scores, correct_flags))
     keyed.reverse()
-    total, above, i, denom = 0.0, 0, 0, comb(n, k)
+    total, above, i, denom = 0.0, 0, 0, math.comb(n, k)
     while i < n:
         j = i
         while j < n and keyed[j][0] == keyed[i][0]:
             j += 1
         size, right = j - i, sum(ok for _, ok in keyed[i:j])
         if right:
-            total += (comb(n - above, k) - comb(n - above - size, k)) / denom * right / size
+            total += (math.comb(n - above, k) - math.comb(n - above - size, k)) / denom * right / size
         above += size
         i = j
     return total
