@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from rlvr import __version__
+
+if TYPE_CHECKING:
+    from rlvr.lab.finding import Finding
 
 app = typer.Typer(
     name="rlvr",
@@ -338,8 +341,10 @@ def lab(
     rollout_tokens: Annotated[Optional[int], typer.Option(help="compare: the equal rollout-token budget per run "
                                                           "(default: none, steps decide).")] = None,
     out: Annotated[Optional[Path], typer.Option(help="Output directory (default runs/lab/NAME).")] = None,
-    jobs: Annotated[int, typer.Option(help="Runs in parallel (each gets cores/jobs threads; cores: this "
-                                            "process's CPU affinity, so `taskset -c 1` gives one).")] = 1,
+    jobs: Annotated[Optional[int], typer.Option(help="Runs in parallel, each with cores/jobs threads (cores: "
+                                                      "this process's CPU affinity, so `taskset -c 1` gives one). "
+                                                      "Default: one run per core, one thread each.",
+                                                      show_default=False)] = None,
     interval: Annotated[str, typer.Option(help="t (default) or bootstrap (over seeds).")] = "t",
 ) -> None:
     """Test a claim about an RL method on the lab task and model: arms x seeds, 95% intervals, a verdict.
@@ -348,17 +353,21 @@ def lab(
     verdict: reproduced, not reproduced or inconclusive), lab.json, lab.png and finding.yaml. Re-running the
     same command continues an interrupted finding. docs/lab.md explains findings; docs/findings.md has ours.
 
+    `rlvr lab all` runs every shipped finding in turn (OUT/NAME each, default runs/lab) and writes OUT/suite.md.
+
     Examples: rlvr lab --list | rlvr lab dr_grpo_length --seeds 5 --first-seed 100 |
-    rlvr lab compare my.yaml grpo --seeds 5
+    rlvr lab compare my.yaml grpo --seeds 5 | rlvr lab all
     """
+    import os
+
     from rlvr.lab.finding import comparison_finding, list_findings, load_finding
-    from rlvr.lab.run import findings_listing, run_finding
+    from rlvr.lab.run import findings_listing, run_finding, run_suite
 
     try:
         if list_:
             from rich.table import Table
 
-            table = Table("finding", "arms", "budget", "wall time (jobs and load: docs/findings.md)")
+            table = Table("finding", "arms", "budget", "measured wall time (2 idle cores, 2 runs at a time)")
             for row in findings_listing(list_findings()):
                 table.add_row(*row)
             _console().print(table)
@@ -368,6 +377,9 @@ def lab(
             raise typer.BadParameter("name a finding (rlvr lab --list), or: rlvr lab compare MINE BASELINE")
         if interval not in ("t", "bootstrap"):
             raise typer.BadParameter(f"--interval: expected t or bootstrap; got '{interval}'")
+        if jobs is not None and jobs < 1:
+            raise typer.BadParameter(f"--jobs: expected a positive number of runs at a time; got {jobs}")
+        jobs = jobs or len(os.sched_getaffinity(0))
         chosen = [int(s) for s in seed_list.split(",") if s.strip()] if seed_list else None
         compare = words[0] == "compare"
         named = words[3:] if compare else words[1:]
@@ -375,6 +387,19 @@ def lab(
         if len(overrides) != len(named) or (compare and len(words) < 3):
             raise typer.BadParameter("usage: rlvr lab FINDING [key=value ...] or rlvr lab compare MINE BASELINE "
                                      f"[key=value ...] (finding keys, e.g. eval.size=50 steps=40); got {words}")
+        if words[0] == "all":
+            if steps is not None or rollout_tokens is not None:
+                raise typer.BadParameter("--steps/--rollout-tokens are for `compare`; each finding's budget is "
+                                         "part of its definition (override every finding's as steps=N)")
+            suite = [load_finding(name, overrides) for name in list_findings()]
+            for finding in suite:
+                _choose_seeds(finding, seeds, first_seed, chosen)
+            done = run_suite(suite, out or Path("runs/lab"), jobs=jobs, method=interval)  # type: ignore[arg-type]
+            bad = [r["finding"] for r in done["findings"] if r["verdict"] == "error" or r["failed_runs"]]
+            if bad:
+                _fail(RuntimeError(f"lab all: {', '.join(bad)} did not finish cleanly; see "
+                                   f"{(out or Path('runs/lab')) / 'suite.md'}"))
+            return
         if compare:
             finding = comparison_finding(words[1], words[2], seeds=seeds or 5, first_seed=first_seed or 0,
                                          steps=steps or 60, rollout_tokens=rollout_tokens, overrides=overrides)
@@ -383,17 +408,23 @@ def lab(
             if steps is not None or rollout_tokens is not None:
                 raise typer.BadParameter("--steps/--rollout-tokens are for `compare`; a finding's budget is part "
                                          "of its definition (override it as steps=N rollout_tokens=N)")
-        if seeds is not None:
-            finding.seeds = seeds
-        if first_seed is not None:
-            finding.first_seed = first_seed
-        if chosen is not None:
-            finding.seed_values = chosen
+        _choose_seeds(finding, seeds, first_seed, chosen)
         result = run_finding(finding, out or Path("runs/lab") / finding.name, jobs=jobs, method=interval)  # type: ignore[arg-type]
     except (_user_errors()) as err:
         _fail(err)
     if result.get("failed_runs"):
         _fail(RuntimeError(f"{len(result['failed_runs'])} runs failed: {', '.join(result['failed_runs'])}"))
+
+
+def _choose_seeds(finding: Finding, seeds: Optional[int], first_seed: Optional[int],
+                  chosen: Optional[list[int]]) -> None:
+    """--seeds, --first-seed and --seed-list over the finding's own seeds."""
+    if seeds is not None:
+        finding.seeds = seeds
+    if first_seed is not None:
+        finding.first_seed = first_seed
+    if chosen is not None:
+        finding.seed_values = chosen
 
 
 @app.command()

@@ -12,7 +12,7 @@ import yaml
 
 from rlvr.config import ConfigError
 from rlvr.lab.finding import list_findings, load_finding
-from rlvr.lab.run import check_same_definition, plan_finding, plan_prepare, run_finding
+from rlvr.lab.run import check_same_definition, plan_finding, plan_prepare, run_finding, run_suite
 
 pytestmark = pytest.mark.slow
 
@@ -164,3 +164,33 @@ def test_lab_prepares_a_reward_model_per_seed_and_compares_its_pick_with_the_vot
     # a second run finds everything done
     again = run_finding(finding, out)
     assert again["arms"] == result["arms"]
+
+
+def test_lab_all_runs_each_finding_in_turn_and_reports_one_that_cannot_run(tmp_path):
+    """`rlvr lab all` as run_suite: two tiny findings, one of whose OUT holds another definition; the other
+    still runs and the suite table names both."""
+    ok = load_finding(write_finding(tmp_path / "ok.yaml", name="ok", seeds=1, steps=1,
+                                    arms={"grpo": {"recipe": "grpo"}, "dr_grpo": {"recipe": "dr_grpo"}}))
+    clash = load_finding(write_finding(tmp_path / "clash.yaml", name="clash", seeds=1, steps=1))
+    (tmp_path / "suite" / "clash").mkdir(parents=True)
+    (tmp_path / "suite" / "clash" / "finding.yaml").write_text(yaml.safe_dump(
+        {**clash.model_dump(mode="json"), "steps": 5}))
+    suite = run_suite([clash, ok], tmp_path / "suite", jobs=2)
+    rows = {r["finding"]: r for r in suite["findings"]}
+    assert [r["finding"] for r in suite["findings"]] == ["clash", "ok"]
+    assert rows["clash"]["verdict"] == "error" and "another definition of 'clash'" in rows["clash"]["why"]
+    assert rows["ok"]["verdict"] == "inconclusive"  # one seed: an infinite interval decides nothing
+    assert rows["ok"]["metric"] == "pass@1" and rows["ok"]["failed_runs"] == []
+    assert (tmp_path / "suite" / "ok" / "lab.json").is_file()
+    table = (tmp_path / "suite" / "suite.md").read_text()
+    assert "| clash | error |" in table and "| ok | inconclusive | pass@1:" in table
+    assert "2 findings in" in table and "2 runs at a time" in table
+    assert json.loads((tmp_path / "suite" / "suite.json").read_text())["findings"][1]["finding"] == "ok"
+
+    # the command line: bad --jobs and a budget flag meant for `compare` are refused before anything runs
+    rlvr = [sys.executable, "-m", "rlvr", "lab"]
+    for args, message in ((["all", "--steps", "3"], "--steps/--rollout-tokens are for `compare`"),
+                          (["all", "--jobs", "0"], "--jobs: expected a positive number")):
+        bad = subprocess.run([*rlvr, *args, "--out", str(tmp_path / "no")], capture_output=True, text=True, cwd=ROOT)
+        assert bad.returncode != 0 and message in bad.stderr + bad.stdout, bad.stderr
+        assert not (tmp_path / "no").exists()

@@ -191,11 +191,17 @@ def check(argv: list[str], tmp_path: Path) -> None:
         for recipe in files:
             load_config(recipe, _builtin([*overrides, f"train.steps={p['steps']}"]))
     elif name == "lab":  # a finding (or a comparison) is planned: every arm's config validates, nothing runs
-        from rlvr.lab.finding import comparison_finding, load_finding
+        from rlvr.lab.finding import comparison_finding, list_findings, load_finding
         from rlvr.lab.run import plan_finding, plan_prepare
 
         words = list(p["args"] or [])
         if p["list_"] or not words:
+            return
+        if words[0] == "all":  # every shipped finding, with the same overrides
+            for each in list_findings():
+                finding = load_finding(each, words[1:])
+                plan_prepare(finding, tmp_path / each)
+                plan_finding(finding, tmp_path / each)
             return
         if words[0] == "compare":
             mine = words[1] if Path(words[1]).exists() else "recipes/grpo.yaml"  # a user's file: a stand-in

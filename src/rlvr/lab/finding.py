@@ -90,8 +90,8 @@ class Finding(Strict):
     prepare: dict[str, PrepareStep] = Field(default_factory=dict, description="runs made per seed before the arms, "
                                             "in order (e.g. a reward model); an arm's override names one's "
                                             "directory as {prepare.NAME}")
-    minutes: float | None = Field(None, description="measured wall time of the whole finding on the 2-core CPU "
-                                  "(docs/findings.md says with how many jobs and under what load)")
+    minutes: float | None = Field(None, description="measured wall time of the whole finding at its defaults on "
+                                  "2 idle cores, two runs at a time (docs/findings.md, 'Cost of the suite')")
     notes: str = ""
 
     @model_validator(mode="after")

@@ -3,6 +3,7 @@
     rlvr lab dr_grpo_length                       # a shipped finding at its seeds
     rlvr lab dr_grpo_length --seeds 5 --first-seed 100 --out runs/lab/dr
     rlvr lab compare my.yaml grpo --seeds 5       # does my recipe beat GRPO here?
+    rlvr lab all                                  # every shipped finding, one after another
 
 Every (arm, seed) is an ordinary `rlvr train` (or, for a `train: false` arm, `rlvr eval`) run in
 OUT/runs/ARM/seedS, so an interrupted finding continues where it stopped. OUT gets finding.yaml (the definition
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -236,5 +238,53 @@ def findings_listing(names: list[str]) -> list[tuple[str, str, str, str]]:
         if f.prepare:
             budget += f"; prepared: {', '.join(f.prepare)}"
         rows.append((name, " vs ".join(f.arms), f"{f.seeds} seeds x {budget}",
-                     f"{f.minutes:.0f} min (measured)" if f.minutes is not None else "not yet run"))
+                     f"{f.minutes:.1f} min" if f.minutes is not None else "not yet run"))
     return rows
+
+
+def run_suite(findings: list[Finding], out: Path, *, jobs: int = 1, method: Method = "t") -> dict[str, Any]:
+    """`rlvr lab all`: each finding in turn in OUT/NAME (so each continues where `rlvr lab NAME` stopped), then
+    OUT/suite.md and suite.json: each finding's verdict, its effect and this invocation's wall time. A finding
+    that cannot run (its OUT holds another definition, a run fails) is reported and the suite goes on."""
+    rows: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    for i, finding in enumerate(findings, start=1):
+        console.print(f"lab all: [{i}/{len(findings)}] {finding.name}")
+        t0 = time.perf_counter()
+        row: dict[str, Any] = {"finding": finding.name, "out": str(out / finding.name)}
+        try:
+            result = run_finding(finding, out / finding.name, jobs=jobs, method=method)
+        except ConfigError as err:
+            row.update(verdict="error", why=str(err), failed_runs=[])
+        else:
+            effect = result["effects"].get(result["metric"])
+            row.update(verdict=result["verdict"], metric=result["metric"], effect=effect, why=result["why"],
+                       failed_runs=result["failed_runs"])
+        row["minutes"] = (time.perf_counter() - t0) / 60
+        rows.append(row)
+        _write_suite(rows, out, jobs, (time.perf_counter() - started) / 60)  # kept current: nothing lost on a stop
+    suite = _write_suite(rows, out, jobs, (time.perf_counter() - started) / 60)
+    console.print(suite_table(suite))
+    return suite
+
+
+def _write_suite(rows: list[dict[str, Any]], out: Path, jobs: int, minutes: float) -> dict[str, Any]:
+    suite = {"jobs": jobs, "minutes": minutes, "findings": rows}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "suite.json").write_text(json.dumps(suite, indent=2) + "\n")
+    (out / "suite.md").write_text(suite_table(suite) + "\n")
+    return suite
+
+
+def suite_table(suite: dict[str, Any]) -> str:
+    """The suite's markdown table: per finding its verdict, the effect on its metric, failures and wall time."""
+    lines = ["| finding | verdict | effect on the verdict's metric (95%) | failed runs | minutes |",
+             "|---|---|---|---|---|"]
+    for row in suite["findings"]:
+        effect = _fmt(row["metric"], row["effect"]) if row.get("effect") else "n/a"
+        what = f"{row['metric']}: {effect}" if row.get("metric") else row["why"].splitlines()[0]
+        lines.append(f"| {row['finding']} | {row['verdict']} | {what} | {len(row['failed_runs'])} | "
+                     f"{row['minutes']:.1f} |")
+    lines += ["", f"{len(suite['findings'])} findings in {suite['minutes']:.1f} min, {suite['jobs']} runs at a "
+              "time (minutes: this invocation's wall time; a finding continued from earlier runs costs less)."]
+    return "\n".join(lines)

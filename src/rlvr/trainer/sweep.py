@@ -17,6 +17,7 @@ import statistics
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -239,7 +240,9 @@ def plot_curves(runs: list[SweepRun], path: Path) -> None:
         length = min(len(c) for c in curves)
         for ax, key in zip(axes, ("reward_mean", "entropy")):
             data = np.array([[m.get(key, np.nan) for m in c[:length]] for c in curves], dtype=float)
-            mean, std = np.nanmean(data, axis=0), np.nanstd(data, axis=0)
+            with warnings.catch_warnings():  # a step no seed logged `key` at: a gap in the curve, not a warning
+                warnings.simplefilter("ignore", RuntimeWarning)
+                mean, std = np.nanmean(data, axis=0), np.nanstd(data, axis=0)
             steps = np.arange(1, length + 1)
             ax.plot(steps, mean, label=name)
             ax.fill_between(steps, mean - std, mean + std, alpha=0.2)
