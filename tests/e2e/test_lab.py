@@ -183,7 +183,8 @@ def test_lab_all_runs_each_finding_in_turn_and_reports_one_that_cannot_run(tmp_p
     assert rows["ok"]["metric"] == "pass@1" and rows["ok"]["failed_runs"] == []
     assert (tmp_path / "suite" / "ok" / "lab.json").is_file()
     table = (tmp_path / "suite" / "suite.md").read_text()
-    assert "| clash | error |" in table and "| ok | inconclusive | pass@1:" in table
+    assert "| clash | error |" in table and "| ok | inconclusive | pass@1: " in table
+    assert "points (1 seed: no interval)" in table  # a rate's effect is signed, in points
     assert "2 findings in" in table and "2 runs at a time" in table
     assert json.loads((tmp_path / "suite" / "suite.json").read_text())["findings"][1]["finding"] == "ok"
 

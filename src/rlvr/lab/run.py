@@ -268,6 +268,14 @@ def run_suite(findings: list[Finding], out: Path, *, jobs: int = 1, method: Meth
     return suite
 
 
+def _fmt_effect(m: str, d: dict[str, Any]) -> str:
+    """A treatment - control difference, signed: a rate's in percentage points."""
+    scale, unit = (100.0, " points") if is_rate(m) else (1.0, "")
+    if not (math.isfinite(d["lo"]) and math.isfinite(d["hi"])):
+        return f"{scale * d['mean']:+.3g}{unit} (1 seed: no interval)"
+    return f"{scale * d['mean']:+.3g} [{scale * d['lo']:+.3g}, {scale * d['hi']:+.3g}]{unit}"
+
+
 def _write_suite(rows: list[dict[str, Any]], out: Path, jobs: int, minutes: float) -> dict[str, Any]:
     suite = {"jobs": jobs, "minutes": minutes, "findings": rows}
     out.mkdir(parents=True, exist_ok=True)
@@ -281,7 +289,7 @@ def suite_table(suite: dict[str, Any]) -> str:
     lines = ["| finding | verdict | effect on the verdict's metric (95%) | failed runs | minutes |",
              "|---|---|---|---|---|"]
     for row in suite["findings"]:
-        effect = _fmt(row["metric"], row["effect"]) if row.get("effect") else "n/a"
+        effect = _fmt_effect(row["metric"], row["effect"]) if row.get("effect") else "n/a"
         what = f"{row['metric']}: {effect}" if row.get("metric") else row["why"].splitlines()[0]
         lines.append(f"| {row['finding']} | {row['verdict']} | {what} | {len(row['failed_runs'])} | "
                      f"{row['minutes']:.1f} |")
