@@ -358,10 +358,9 @@ def lab(
     Examples: rlvr lab --list | rlvr lab dr_grpo_length --seeds 5 --first-seed 100 |
     rlvr lab compare my.yaml grpo --seeds 5 | rlvr lab all
     """
-    import os
-
     from rlvr.lab.finding import comparison_finding, list_findings, load_finding
     from rlvr.lab.run import findings_listing, run_finding, run_suite
+    from rlvr.trainer.sweep import available_cores
 
     try:
         if list_:
@@ -379,7 +378,7 @@ def lab(
             raise typer.BadParameter(f"--interval: expected t or bootstrap; got '{interval}'")
         if jobs is not None and jobs < 1:
             raise typer.BadParameter(f"--jobs: expected a positive number of runs at a time; got {jobs}")
-        jobs = jobs or len(os.sched_getaffinity(0))
+        jobs = jobs or available_cores()
         chosen = [int(s) for s in seed_list.split(",") if s.strip()] if seed_list else None
         compare = words[0] == "compare"
         named = words[3:] if compare else words[1:]
@@ -394,11 +393,11 @@ def lab(
             suite = [load_finding(name, overrides) for name in list_findings()]
             for finding in suite:
                 _choose_seeds(finding, seeds, first_seed, chosen)
-            done = run_suite(suite, out or Path("runs/lab"), jobs=jobs, method=interval)  # type: ignore[arg-type]
+            root = out or Path("runs/lab")
+            done = run_suite(suite, root, jobs=jobs, method=interval)  # type: ignore[arg-type]
             bad = [r["finding"] for r in done["findings"] if r["verdict"] == "error" or r["failed_runs"]]
             if bad:
-                _fail(RuntimeError(f"lab all: {', '.join(bad)} did not finish cleanly; see "
-                                   f"{(out or Path('runs/lab')) / 'suite.md'}"))
+                _fail(RuntimeError(f"lab all: {', '.join(bad)} did not finish cleanly; see {root / 'suite.md'}"))
             return
         if compare:
             finding = comparison_finding(words[1], words[2], seeds=seeds or 5, first_seed=first_seed or 0,

@@ -157,14 +157,18 @@ def _why(finding: Finding, effect: Any, decided: str) -> str:
             + f": {decided}")
 
 
-def _fmt(m: str, d: dict[str, Any]) -> str:
+def _fmt(m: str, d: dict[str, Any], *, signed: bool = False) -> str:
+    """A mean [95% interval]; `signed` for a treatment - control effect (a rate's in percentage points)."""
     if not d.get("n"):
         return "n/a"
-    scale, unit = (100.0, "%") if is_rate(m) else (1.0, "")
+    scale, unit = (100.0, " points" if signed else "%") if is_rate(m) else (1.0, "")
+    num = "+.3g" if signed else ".3g"
     lo, hi = d["lo"], d["hi"]
     if math.isinf(lo) or math.isinf(hi):
-        return f"{scale * d['mean']:.3g}{unit} (1 seed)"
-    return f"{scale * d['mean']:.3g}{unit} [{scale * lo:.3g}, {scale * hi:.3g}]"
+        return f"{scale * d['mean']:{num}}{unit} (1 seed: no interval)"
+    if signed:
+        return f"{scale * d['mean']:{num}} [{scale * lo:{num}}, {scale * hi:{num}}]{unit}"
+    return f"{scale * d['mean']:{num}}{unit} [{scale * lo:{num}}, {scale * hi:{num}}]"
 
 
 def results_table(result: dict[str, Any]) -> str:
@@ -247,6 +251,7 @@ def run_suite(findings: list[Finding], out: Path, *, jobs: int = 1, method: Meth
     OUT/suite.md and suite.json: each finding's verdict, its effect and this invocation's wall time. A finding
     that cannot run (its OUT holds another definition, a run fails) is reported and the suite goes on."""
     rows: list[dict[str, Any]] = []
+    suite: dict[str, Any] = {"jobs": jobs, "minutes": 0.0, "findings": rows}
     started = time.perf_counter()
     for i, finding in enumerate(findings, start=1):
         console.print(f"lab all: [{i}/{len(findings)}] {finding.name}")
@@ -262,18 +267,9 @@ def run_suite(findings: list[Finding], out: Path, *, jobs: int = 1, method: Meth
                        failed_runs=result["failed_runs"])
         row["minutes"] = (time.perf_counter() - t0) / 60
         rows.append(row)
-        _write_suite(rows, out, jobs, (time.perf_counter() - started) / 60)  # kept current: nothing lost on a stop
-    suite = _write_suite(rows, out, jobs, (time.perf_counter() - started) / 60)
+        suite = _write_suite(rows, out, jobs, (time.perf_counter() - started) / 60)  # current: nothing lost on a stop
     console.print(suite_table(suite))
     return suite
-
-
-def _fmt_effect(m: str, d: dict[str, Any]) -> str:
-    """A treatment - control difference, signed: a rate's in percentage points."""
-    scale, unit = (100.0, " points") if is_rate(m) else (1.0, "")
-    if not (math.isfinite(d["lo"]) and math.isfinite(d["hi"])):
-        return f"{scale * d['mean']:+.3g}{unit} (1 seed: no interval)"
-    return f"{scale * d['mean']:+.3g} [{scale * d['lo']:+.3g}, {scale * d['hi']:+.3g}]{unit}"
 
 
 def _write_suite(rows: list[dict[str, Any]], out: Path, jobs: int, minutes: float) -> dict[str, Any]:
@@ -289,7 +285,7 @@ def suite_table(suite: dict[str, Any]) -> str:
     lines = ["| finding | verdict | effect on the verdict's metric (95%) | failed runs | minutes |",
              "|---|---|---|---|---|"]
     for row in suite["findings"]:
-        effect = _fmt_effect(row["metric"], row["effect"]) if row.get("effect") else "n/a"
+        effect = _fmt(row["metric"], row["effect"], signed=True) if row.get("effect") else "n/a"
         what = f"{row['metric']}: {effect}" if row.get("metric") else row["why"].splitlines()[0]
         lines.append(f"| {row['finding']} | {row['verdict']} | {what} | {len(row['failed_runs'])} | "
                      f"{row['minutes']:.1f} |")

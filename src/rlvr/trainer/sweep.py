@@ -133,11 +133,16 @@ def _execute(run: SweepRun, threads: int) -> tuple[SweepRun, int, float]:
     return run, proc.returncode, time.perf_counter() - started
 
 
+def available_cores() -> int:
+    """The cores this process may use: its CPU affinity (`taskset -c 1` gives one)."""
+    return len(os.sched_getaffinity(0))
+
+
 def run_sweep(runs: list[SweepRun], out: Path, jobs: int = 1, *, summarize: bool = True) -> dict[str, Any]:
     """Run what is not done yet, `jobs` at a time; with `summarize`, write OUT/summary.{json,md} and curves.png
     (runs that end in an evaluation). Returns the summary ({"failed": [...]} alone without `summarize`)."""
     out.mkdir(parents=True, exist_ok=True)
-    threads = max(1, len(os.sched_getaffinity(0)) // max(1, jobs))  # the cores this process may use (taskset)
+    threads = max(1, available_cores() // max(1, jobs))
     pending = [r for r in runs if not r.done]
     console.print(f"sweep: {len(runs)} runs ({len(runs) - len(pending)} already done), {jobs} at a time")
     failures = []
