@@ -21,9 +21,10 @@ def group_stats(values: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Te
     values = values.to(torch.float64)
     num_groups = int(group_ids.max()) + 1 if group_ids.numel() else 0
     counts = torch.bincount(group_ids, minlength=num_groups).to(values.dtype)
-    sums = torch.zeros(num_groups, dtype=values.dtype).index_add_(0, group_ids, values)
+    sums = torch.zeros(num_groups, dtype=values.dtype, device=values.device).index_add_(0, group_ids, values)
     mean = sums / counts.clamp(min=1)
-    sq_dev = torch.zeros(num_groups, dtype=values.dtype).index_add_(0, group_ids, (values - mean[group_ids]) ** 2)
+    sq_dev = torch.zeros(num_groups, dtype=values.dtype, device=values.device).index_add_(
+        0, group_ids, (values - mean[group_ids]) ** 2)
     std = (sq_dev / (counts - 1).clamp(min=1)).sqrt()
     return mean[group_ids], std[group_ids], counts[group_ids]
 
@@ -44,7 +45,7 @@ def _group_sums(values: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
     """Per-sample sum of `values` over the sample's group, broadcast to [N] (float64)."""
     values = values.to(torch.float64)
     num_groups = int(group_ids.max()) + 1 if group_ids.numel() else 0
-    sums = torch.zeros(num_groups, dtype=torch.float64).index_add_(0, group_ids, values)
+    sums = torch.zeros(num_groups, dtype=torch.float64, device=values.device).index_add_(0, group_ids, values)
     return sums[group_ids]
 
 
@@ -93,7 +94,7 @@ def _reverse_discounted_sum(x: torch.Tensor, mask: torch.Tensor, discount: float
     if discount == 1.0:  # exact and loop-free: a reverse cumulative sum over the masked entries
         return x.flip(-1).cumsum(-1).flip(-1) * m
     out = torch.zeros_like(x)
-    running = torch.zeros(x.shape[0], dtype=torch.float64)
+    running = torch.zeros(x.shape[0], dtype=torch.float64, device=x.device)
     for t in range(x.shape[1] - 1, -1, -1):
         running = torch.where(m[:, t], x[:, t] + discount * running, running)
         out[:, t] = torch.where(m[:, t], running, 0.0)

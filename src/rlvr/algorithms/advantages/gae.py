@@ -18,11 +18,11 @@ def _next_masked(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """values at the next masked position after t in the same row (0 after the row's last masked token)."""
     n, t_len = values.shape
     m = mask > 0
-    positions = torch.arange(t_len).expand(n, t_len)
+    positions = torch.arange(t_len, device=mask.device).expand(n, t_len)
     idx = torch.where(m, positions, torch.full_like(positions, t_len))  # t_len = "no further token"
     suffix_min = idx.flip(-1).cummin(-1).values.flip(-1)  # first masked index >= t
-    nxt = torch.cat([suffix_min[:, 1:], torch.full((n, 1), t_len)], dim=1)  # first masked index > t
-    padded = torch.cat([values.to(torch.float64), torch.zeros(n, 1, dtype=torch.float64)], dim=1)
+    nxt = torch.cat([suffix_min[:, 1:], torch.full((n, 1), t_len, device=mask.device)], dim=1)  # first masked index > t
+    padded = torch.cat([values.to(torch.float64), torch.zeros(n, 1, dtype=torch.float64, device=values.device)], dim=1)
     return padded.gather(1, nxt)
 
 

@@ -37,7 +37,7 @@ def group_normalized_advantages(
     if std_scope == "group":
         scale = std + eps
     elif std_scope == "batch":
-        scale = rewards.to(torch.float64).std(unbiased=True) + eps if rewards.numel() > 1 else torch.tensor(1.0)
+        scale = rewards.to(torch.float64).std(unbiased=True) + eps if rewards.numel() > 1 else 1.0
     else:
         scale = torch.ones_like(centered)
     return (centered / scale).to(rewards.dtype if rewards.is_floating_point() else torch.float32)

@@ -24,7 +24,7 @@ def _fisher_exact_p(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, d: torch.
         return torch.lgamma(top + 1) - torch.lgamma(k + 1) - torch.lgamma(top - k + 1)
 
     max_n = int(n.max().item()) if n.numel() else 0
-    k = torch.arange(max_n + 1, dtype=torch.float64)[None, :]
+    k = torch.arange(max_n + 1, dtype=torch.float64, device=n.device)[None, :]
     lo = (row1 + col1 - n).clamp(min=0)[:, None]
     hi = torch.minimum(row1, col1)[:, None]
     valid = (k >= lo) & (k <= hi)
@@ -50,14 +50,14 @@ def _key_token_values(
 ) -> torch.Tensor:
     """KTAE key-token value of every token position of one group ([n, T] float64, 0 outside the mask)."""
     n_rows = ids.shape[0]
-    out = torch.zeros(ids.shape, dtype=torch.float64)
+    out = torch.zeros(ids.shape, dtype=torch.float64, device=ids.device)
     n_c, n_w = int(correct.sum()), int((~correct).sum())
     if n_c == 0 or n_w == 0 or not mask.any() or fisher_weight + ig_weight == 0:
         return out
-    rows = torch.arange(n_rows)[:, None].expand_as(ids)[mask]
+    rows = torch.arange(n_rows, device=ids.device)[:, None].expand_as(ids)[mask]
     vocab, inv = torch.unique(ids[mask], return_inverse=True)
-    counts = torch.zeros(n_rows, vocab.numel(), dtype=torch.float64)
-    counts.index_put_((rows, inv), torch.ones(inv.numel(), dtype=torch.float64), accumulate=True)
+    counts = torch.zeros(n_rows, vocab.numel(), dtype=torch.float64, device=ids.device)
+    counts.index_put_((rows, inv), torch.ones(inv.numel(), dtype=torch.float64, device=ids.device), accumulate=True)
     present = (counts > 0).to(torch.float64)
     # contingency table per token: a/b = correct/incorrect rollouts containing it, c/d = not containing it
     a, b = present[correct].sum(0), present[~correct].sum(0)

@@ -88,8 +88,8 @@ def oreal_advantages(
             else group_normalized_advantages(rewards, group_ids)).to(torch.float64)
     omega = oreal_token_weights(token_rm_scores, correct, mask, threshold=threshold, reweight=reweight,
                                 normalize=normalize)
-    factor = torch.where(correct.bool(), torch.tensor(1.0, dtype=torch.float64),
-                         torch.tensor(float(negative_factor), dtype=torch.float64))
+    factor = torch.full(correct.shape, float(negative_factor), dtype=torch.float64, device=correct.device)
+    factor = factor.masked_fill(correct.bool(), 1.0)
     return (base[:, None] * omega * factor[:, None]).to(_out_dtype(rewards, token_rm_scores))
 
 

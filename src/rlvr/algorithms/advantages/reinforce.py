@@ -30,8 +30,8 @@ def _last_masked_onehot(mask: torch.Tensor) -> torch.Tensor:
     """[N, T] float64 with a 1 on each row's last masked position (all zeros for a fully masked row)."""
     m = mask > 0
     t_len = m.shape[1]
-    last = torch.where(m, torch.arange(t_len).expand_as(m), torch.full_like(m, -1, dtype=torch.long)).max(-1).values
-    onehot = torch.zeros(m.shape, dtype=torch.float64)
+    last = torch.where(m, torch.arange(t_len, device=m.device).expand_as(m), torch.full_like(m, -1, dtype=torch.long)).max(-1).values
+    onehot = torch.zeros(m.shape, dtype=torch.float64, device=m.device)
     rows = torch.nonzero(last >= 0).squeeze(-1)
     onehot[rows, last[rows]] = 1.0
     return onehot
@@ -149,4 +149,4 @@ def weighted_reinforce_advantages(
     positive_advantage_weight=0.1).
     """
     ok = correct.bool()
-    return torch.where(ok, torch.tensor(float(positive_weight)), torch.tensor(-1.0)).to(torch.float32)
+    return torch.where(ok, float(positive_weight), -1.0).to(torch.float32)

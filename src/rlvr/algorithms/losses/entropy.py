@@ -78,8 +78,8 @@ def clip_cov_loss(
     n_valid = int(valid.sum())
     if flat.numel() > 0 and n_valid > 0:
         n_pick = min(max(int(clip_ratio * n_valid), 1), flat.numel())
-        generator = torch.Generator().manual_seed(seed)
-        picked = flat[torch.randperm(flat.numel(), generator=generator)[:n_pick].to(flat.device)]
+        generator = torch.Generator().manual_seed(seed)  # on the CPU: the same picks on any device
+        picked = flat[torch.randperm(flat.numel(), generator=generator, device="cpu")[:n_pick].to(flat.device)]
         detach.view(-1)[picked] = True
     loss = torch.where(detach, ppo.detach(), ppo)
     return loss, {"clipped": (ppo_clipped | detach).to(logprobs.dtype),
