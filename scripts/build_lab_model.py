@@ -1,15 +1,15 @@
 #!/usr/bin/env python
 """Build the lab model (src/rlvr/models/builtin_lab/) from scratch, reproducibly, with rlvr's own `rlvr sft`.
 
-    OMP_NUM_THREADS=1 python scripts/build_lab_model.py   # the shipped build 1: seed 0, the defaults below;
-                                                          # 33.5 min on a 2-core CPU shared with other jobs
+    OMP_NUM_THREADS=1 python scripts/build_lab_model.py   # the shipped build: seed 0, the defaults below
 
 The lab model (`model.path=builtin-lab`) is the policy of `rlvr lab` (docs/lab.md): a small Qwen2 LM that plays
 Countdown (`task.name=countdown`) badly in a problem-specific way, so that RL methods can be told apart on it.
 
 What is designed in (stated, not discovered):
 1. A byte-level tokenizer and a randomly initialised Qwen2 LM (seeded), a little larger than the built-in model.
-2. Synthetic SFT data on the countdown task's *training* split, written by a teacher that mixes strategies:
+2. Synthetic SFT data on the countdown task's *training* split, which lies outside the held-out pool by
+   construction (tasks/heldout.py; the script checks every example it writes), by a teacher that mixes strategies:
    - `P_CHAIN_NO_DIV`: a right left-to-right chain that uses only + - * (uniform among them), when one exists;
    - `P_CHAIN_DIV`: a right chain that uses division (rare on purpose: problems that need division are solved
      rarely, at a problem-specific rate, which is where pass@k at large k and RL's narrowing can show);
@@ -38,7 +38,10 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from build_base_model import _count_params, eval_at_t1, make_init_model, sft_into  # noqa: E402
 
-from rlvr.tasks.countdown import OPS, CountdownTask, apply, chain_solutions, chain_text  # noqa: E402
+from rlvr.tasks.countdown import (  # noqa: E402
+    HELD_OUT_SHARE, OPS, CountdownTask, apply, canonical_problem, chain_solutions, chain_text, countdown_held_out,
+)
+from rlvr.tasks.heldout import HELD_OUT_KEY  # noqa: E402
 
 P_CHAIN_NO_DIV = 0.55
 P_CHAIN_DIV = 0.05
@@ -75,13 +78,16 @@ def teacher_solution(numbers: list[int], target: int, rng: random.Random) -> tup
 
 
 def make_data(path: Path, count: int, seed: int) -> dict[str, float]:
-    # pair_only=False: the shipped build's data (pair-shaped targets of any kind, as the task drew them then)
+    # pair_only=False: pair-shaped targets of any kind. Any variant's training split lies outside the held-out
+    # pool (tasks/heldout.py), so the lab's held-out problems (pair_only=true) cannot be among these either.
     task = CountdownTask(train_size=max(count, 100_000), pair_only=False)
     rng = random.Random(seed)
     right, styles = 0, {"chain": 0, "chain_div": 0, "careless": 0}
     with path.open("w") as f:
         for i in range(count):
             record = task.train[i]
+            if countdown_held_out(record):  # the build's own check over the data it writes
+                raise SystemExit(f"training example {i} ({canonical_problem(record)}) is a held-out problem")
             text, style = teacher_solution(record.meta["numbers"], record.meta["target"], rng)
             styles[style] += 1
             right += task.verify(text, record).correct
@@ -119,6 +125,8 @@ def main() -> None:
         "parameters": _count_params(args.out),
         "tokenizer": "byte-level, no merges (one token per ASCII character), tokenizers library",
         "task": "countdown (3 or 4 numbers from 1..10, targets 1..100), chain scratchpad then the expression",
+        "held_out": {"rule": "tasks/heldout.py", "key": HELD_OUT_KEY, "family": "countdown",
+                     "share": HELD_OUT_SHARE, "training_examples_in_pool": 0},
         "sft": {"examples": args.examples, "steps": args.steps, "seed": args.seed,
                 "p_chain_no_div": P_CHAIN_NO_DIV, "p_chain_div": P_CHAIN_DIV,
                 **{k: round(v, 4) for k, v in stats.items()}},

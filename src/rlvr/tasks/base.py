@@ -205,13 +205,17 @@ class LazySplit(Sequence[TaskRecord]):
     """
 
     def __init__(self, size: int, make: Callable[[int, int], TaskRecord], exclude: set[str] | None = None,
-                 max_attempts: int = 100, key: Callable[[TaskRecord], str] | None = None):
+                 max_attempts: int = 100, key: Callable[[TaskRecord], str] | None = None,
+                 held_out: Callable[[TaskRecord], bool] | None = None):
         self.size = size
         self.make = make
         self.exclude = exclude or set()
         self.max_attempts = max_attempts
         # What makes two problems the same: the question text, or e.g. the scene drawn in an image.
         self.key = key or (lambda r: r.question)
+        # Held out by construction (tasks/heldout.py): a problem of the task family's held-out pool is never a
+        # training record, whichever variant, seed or split drew it.
+        self.held_out = held_out or (lambda r: False)
 
     def __len__(self) -> int:
         return self.size
@@ -230,7 +234,7 @@ class LazySplit(Sequence[TaskRecord]):
             raise IndexError(i)
         for attempt in range(self.max_attempts):
             record = self.make(i, attempt)
-            if self.key(record) not in self.exclude:
+            if self.key(record) not in self.exclude and not self.held_out(record):
                 return record
         raise TaskError(f"could not make a training problem distinct from the held-out set at index {i}; "
                         "the task's problem space is too small for its eval_size")

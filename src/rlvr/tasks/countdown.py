@@ -30,6 +30,7 @@ from typing import Annotated
 from pydantic import Field
 
 from rlvr.tasks.base import TASKS, LazySplit, Task, TaskError, VerifyResult, distinct_records
+from rlvr.tasks.heldout import is_held_out
 from rlvr.types import TaskRecord
 
 MAX_EXPRESSION_CHARS = 200
@@ -201,6 +202,26 @@ def chain_text(order: Sequence[int], ops: Sequence[str]) -> tuple[str, int | Non
     return ";".join(steps) + f"|A:{expr}", value
 
 
+HELD_OUT_FAMILY = "countdown"
+# A twentieth of all countdown problems is held out: with the default sizes, numbers and targets, 1,839 of the
+# 34,576 problems the generator can make (sorted numbers and target), nine times the held-out split's 200.
+HELD_OUT_SHARE = 0.05
+
+
+def canonical_form(numbers: Sequence[int], target: int) -> str:
+    """What makes two countdown problems the same: the numbers as a multiset (sorted) and the target."""
+    return " ".join(map(str, sorted(numbers))) + f" -> {target}"
+
+
+def canonical_problem(record: TaskRecord) -> str:
+    return canonical_form(record.meta["numbers"], record.meta["target"])
+
+
+def countdown_held_out(record: TaskRecord) -> bool:
+    """Whether a countdown record is in the held-out pool, whichever variant of the task drew it."""
+    return is_held_out(HELD_OUT_FAMILY, canonical_problem(record), HELD_OUT_SHARE)
+
+
 @TASKS.register("countdown")
 class CountdownTask(Task):
     """Make the target from the given numbers (each exactly once) with + - * / and parentheses."""
@@ -239,11 +260,16 @@ class CountdownTask(Task):
             raise TaskError(f"task.sizes: each size must be 2..6 numbers; got {list(sizes)}")
         self.sizes, self.max_number, self.max_target = sizes, max_number, max_target
         self.pair_frac, self.pair_only, self.seed = pair_frac, pair_only, seed
-        self._heldout = distinct_records(lambda i: self._problem(f"heldout-{i}"), eval_size)
-        exclude = {r.question for r in self._heldout}
-        self._train = LazySplit(train_size, lambda i, attempt: self._problem(f"train-{i}-{attempt}"), exclude)
+        # Held out by construction: the held-out split is drawn from the family's pool (tasks/heldout.py) and
+        # every training split from outside it, so no variant of this task trains on any variant's held-out set.
+        self._heldout = distinct_records(
+            lambda i: self._problem(f"heldout-{i}", pool=True), eval_size, key=canonical_problem,
+            what=f"task.eval_size (the held-out pool is {HELD_OUT_SHARE:.0%} of the problems of these sizes)")
+        self._train = LazySplit(train_size, lambda i, attempt: self._problem(f"train-{i}-{attempt}"),
+                                key=canonical_problem, held_out=countdown_held_out)
 
-    def _problem(self, key: str) -> TaskRecord:
+    def _problem(self, key: str, pool: bool = False) -> TaskRecord:
+        """The problem drawn for `key`; with `pool`, the first draw that is in the held-out pool."""
         rng = random.Random(f"countdown-{self.seed}-{key}")
         size = shape = None
         while True:
@@ -255,6 +281,8 @@ class CountdownTask(Task):
                 numbers = [rng.randint(1, self.max_number) for _ in range(size)]
             target = self._random_target(rng, numbers, shape)
             if target is None or not 1 <= target <= self.max_target or target in numbers:
+                continue
+            if pool and not is_held_out(HELD_OUT_FAMILY, canonical_form(numbers, target), HELD_OUT_SHARE):
                 continue
             if shape == "pair" and self.pair_only and next(chain_solutions(numbers, target), None) is not None:
                 continue
