@@ -170,3 +170,39 @@ def test_step_validity_checks_arithmetic_and_number_use():
     assert scores == [1.0, 1.0, 1.0] and not chain  # valid steps, wrong target
     scores, _ = TASK.step_validity("7*5=36;36-12=24|A:(7*5)-12", r)
     assert scores == [0.0, 1.0]
+
+
+# -- the vote counts values, not written expressions (TTRL, maj@k) -------------------------------------------
+
+
+def test_vote_answer_is_the_value_of_a_well_formed_expression_over_the_given_numbers():
+    from rlvr.tasks.countdown import CountdownTask
+    from rlvr.types import TaskRecord
+
+    task = CountdownTask(eval_size=5)
+    rec = TaskRecord(id="x", question="3 5 7 12 -> 31", answer="31",
+                     meta={"numbers": [3, 5, 7, 12], "target": 31})
+    assert task.vote_answer("((7*5)-12)+3", rec) == "26"
+    assert task.vote_answer("(12+7)+(3*5)", rec) == task.vote_answer("3*5+12+7", rec) == "34"
+    assert task.vote_answer("(7*5-3)-12/12", rec) is None  # 12 used twice, not all numbers once
+    assert task.vote_answer("12/(7-7)+3+5", rec) is None
+    assert task.vote_answer("(3+5)*7/12", rec) == "14/3"
+    assert task.vote_answer("__import__('os')", rec) is None
+    assert task.vote_answer("(" * 5000 + "3" + ")" * 5000, rec) is None
+    assert task.vote_answer(None, rec) is None
+
+
+def test_a_right_majority_rewards_every_right_expression_and_its_label_is_the_target():
+    from rlvr.rewards.label_free.voting import MajorityVoteReward
+    from rlvr.tasks.countdown import CountdownTask
+    from rlvr.types import Group, Sample, TaskRecord
+
+    task = CountdownTask(eval_size=5)
+    rec = TaskRecord(id="x", question="2 3 4 -> 20", answer="20", meta={"numbers": [2, 3, 4], "target": 20})
+    texts = ["A:(2+3)*4", "A:4*(3+2)", "A:(3+2)*4", "A:2*3+4", "A:2*3*4"]
+    group = Group(record=rec, prompt_ids=[], samples=[Sample(prompt_ids=[], response_ids=[], text=t) for t in texts])
+    reward = MajorityVoteReward()
+    out = reward(group, task)
+    assert [o.value for o in out] == [1.0, 1.0, 1.0, 0.0, 0.0]  # three different right expressions, one vote
+    m = reward.metrics()
+    assert m["label_accuracy"] == 1.0 and m["reward_accuracy"] == 1.0

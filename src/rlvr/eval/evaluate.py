@@ -78,6 +78,9 @@ def evaluate(
                 problem["region_vote"] = hit
             # A correct sample without an extracted answer means the verifier reports none: no vote to count.
             if not any(ok and a is None for a, ok in zip(answers, flags)):
+                vote = getattr(task, "vote_answer", None)  # the answers as a vote counts them (Task.vote_answer)
+                if vote is not None:
+                    answers = [vote(a, g.record) if a is not None else None for a in answers]
                 problem["maj@k"] = {str(k): maj_at_k(answers, flags, k) for k in ks}
                 problem["answers"] = [short_answer(a) for a in answers]
                 problem["sample_correct"] = flags

@@ -75,6 +75,13 @@ class Task(abc.ABC):
 
         return extract_answer(response, "auto")
 
+    def vote_answer(self, answer: str | None, record: TaskRecord) -> str | None:
+        """The answer as a majority vote counts it (maj@k, TTRL and the other label-free rewards): the
+        verifier's canonical form of `answer` for `record`, or None when it cannot be right in any form. The
+        default is the extracted answer itself; a task where many written answers are the same answer (countdown:
+        every right expression) returns the thing they share."""
+        return answer
+
     def answers_match(self, a: str, b: str) -> bool:
         """Whether two extracted answers are the same answer (numbers compared as numbers)."""
         from rlvr.rewards.verifiers import exact_equal, numbers_equal, parse_number

@@ -312,9 +312,24 @@ class CountdownTask(Task):
         return final_expression(response)
 
     def answers_match(self, a: str, b: str) -> bool:
-        """Two answers match when they are the same expression up to spaces (many expressions are right, so
-        a vote over them is a vote over written solutions, not over values)."""
+        """Two answers match when they are the same text up to spaces: the same expression, or (after
+        `vote_answer`) the same value."""
         return a.replace(" ", "") == b.replace(" ", "")
+
+    def vote_answer(self, answer: str | None, record: TaskRecord) -> str | None:
+        """The exact value of a well-formed expression that uses each given number exactly once, e.g. "31" or
+        "7/2"; None for anything else. So every right expression votes for the target (a right majority does
+        not penalise the other right expressions), and a majority is right exactly when its value is the
+        target."""
+        if answer is None:
+            return None
+        try:
+            value, used = evaluate_expression(answer)
+        except (ExpressionError, ZeroDivisionError, RecursionError):
+            return None
+        if Counter(used) != Counter(record.meta["numbers"]):
+            return None
+        return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
 
     def verify(self, response: str, record: TaskRecord) -> VerifyResult:
         expression = final_expression(response)

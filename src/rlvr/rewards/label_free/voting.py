@@ -50,10 +50,14 @@ def majority(answers: list[str | None], task: Any) -> tuple[list[int | None], in
 
 
 def extract_all(group: Group, task: Any) -> list[str | None]:
+    """Each sample's answer as a vote counts it: extracted, then put in the task's canonical form
+    (`Task.vote_answer`; e.g. countdown's value of a well-formed expression)."""
+    vote = getattr(task, "vote_answer", None)
     out = []
     for s in group.samples:
         try:
-            out.append(task.extract_answer(s.text))
+            answer = task.extract_answer(s.text)
+            out.append(vote(answer, group.record) if vote is not None else answer)
         except Exception:
             out.append(None)
     return out
