@@ -70,6 +70,9 @@ class EvalSpec(Strict):
 
 class Finding(Strict):
     name: str
+    version: int = Field(1, ge=1, description="the definition's version: a changed design is a new version, "
+                         "written before it runs; the earlier one stays in docs/findings.md as history")
+    replaces: str = Field("", description="with version > 1: what was wrong with the previous version's design")
     title: str = ""
     paper: str = Field(description="the seed paper: title, authors, arXiv id")
     claim: str = Field(description="the paper's claim, in one sentence, as this finding tests it")
