@@ -49,7 +49,8 @@ class Arm(Strict):
 
 
 class PrepareStep(Strict):
-    command: Literal["train", "rm"] = Field("train", description="rlvr train (a lab run) or rlvr rm (a reward model)")
+    command: Literal["train", "rm", "prm"] = Field("train", description="rlvr train (a lab run), rlvr rm (a reward "
+                                                  "model) or rlvr prm (a process reward model)")
     recipe: str = Field(description="a shipped recipe's name or a recipe file")
     overrides: list[str] = Field(default_factory=list, description="key=value; {prepare.NAME} is an earlier "
                                  "step's directory for the same seed")

@@ -26,7 +26,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from rlvr.config import Config, ConfigError, RMConfig, load_config
+from rlvr.config import Config, ConfigError, PRMConfig, RMConfig, load_config
 from rlvr.runtime import console
 from rlvr.tracking import read_metrics
 
@@ -84,12 +84,12 @@ class PlannedArm:
     recipe: Path
     overrides: list[str] = field(default_factory=list)
     model: str | None = None
-    verb: str = "train"  # rlvr train, or rlvr rm (a reward model: a lab finding's preparation)
+    verb: str = "train"  # rlvr train, or rlvr rm / rlvr prm (a (process) reward model: a lab preparation)
     done_file: str | None = None  # see SweepRun.done_file
 
 
 def _schema(verb: str) -> Any:
-    return {"train": Config, "rm": RMConfig}[verb]
+    return {"train": Config, "rm": RMConfig, "prm": PRMConfig}[verb]
 
 
 def plan_runs(arms: Sequence[PlannedArm], seeds: Sequence[int], out: Path, common: Sequence[str]) -> list[SweepRun]:
