@@ -176,3 +176,45 @@ def test_turn_budget_schedules():
     linear = TURN_BUDGETS.build("linear", {"start": 2, "end": 10})
     assert [linear.budget(t, 100) for t in (0, 50, 100, 200)] == [2, 6, 10, 10]
     assert TURN_BUDGETS.build("fixed", {"turns": 3}).budget(5, 10) == 3
+
+
+# -- one-shot RLVR: the paper's choice of example, by historical accuracy variance --------------------------
+
+
+def test_historical_accuracy_variance_by_hand():
+    from rlvr.sampling.curriculum import historical_accuracy_variance
+
+    rows = [  # prompt a: steps 1, 2 -> accuracies 0.5, 1.0: variance 0.0625
+        {"step": 1, "prompt_id": "a", "correct": True}, {"step": 1, "prompt_id": "a", "correct": False},
+        {"step": 2, "prompt_id": "a", "correct": True}, {"step": 2, "prompt_id": "a", "correct": True},
+        # b: 0, 1, 0 -> mean 1/3, variance ((1/3)^2 * 2 + (2/3)^2) / 3 = 2/9
+        {"step": 1, "prompt_id": "b", "correct": False}, {"step": 3, "prompt_id": "b", "correct": True},
+        {"step": 5, "prompt_id": "b", "correct": False},
+        {"step": 4, "prompt_id": "c", "correct": True},  # one step only: no variance
+        {"step": 2, "prompt_id": "d", "correct": True}, {"step": 3, "prompt_id": "d", "correct": True},  # 0
+        {"step": 3, "prompt_id": "e", "correct": None},  # unscored: ignored
+    ]
+    ranking = historical_accuracy_variance(rows)
+    assert [r[0] for r in ranking] == ["b", "a", "d"]
+    assert abs(ranking[0][1] - 2 / 9) < 1e-12 and ranking[0][2] == 3
+    assert abs(ranking[1][1] - 0.0625) < 1e-12
+
+
+def test_one_shot_sampler_takes_the_highest_variance_example_of_a_pilot(tmp_path):
+    import json
+
+    from rlvr.sampling.curriculum import OneShotSampler
+    from rlvr.types import TaskRecord
+
+    prompts = [TaskRecord(id=f"p{i}", question=f"q{i}", answer="1") for i in range(5)]
+    rows = [{"step": s, "prompt_id": "p3", "correct": s % 2 == 0} for s in range(4)]
+    rows += [{"step": s, "prompt_id": "p1", "correct": True} for s in range(4)]
+    (tmp_path / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert OneShotSampler(prompts, history=str(tmp_path)).example.id == "p3"
+    with pytest.raises(ValueError, match="sampling.history: .* does not exist"):
+        OneShotSampler(prompts, history=str(tmp_path / "missing"))
+    (tmp_path / "one.jsonl").write_text(json.dumps({"step": 1, "prompt_id": "p1", "correct": True}) + "\n")
+    with pytest.raises(ValueError, match="two or more steps"):
+        OneShotSampler(prompts, history=str(tmp_path / "one.jsonl"))
+    with pytest.raises(ValueError, match="one of id and history"):
+        OneShotSampler(prompts, id="p1", history=str(tmp_path))

@@ -5,6 +5,7 @@ schedules for agents (a hook an agent rollout calls; `TURN_BUDGETS`).
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import torch
@@ -185,15 +186,54 @@ class HardFocusSampler(BatchSampler):
 # -- one-shot RLVR ------------------------------------------------------------------------------------------
 
 
+def historical_accuracy_variance(rows: list[dict]) -> list[tuple[str, float, int]]:
+    """(prompt id, variance of its per-step training accuracy, steps it was trained on) for every prompt of a
+    run's rollouts.jsonl rows, highest variance first (ties: the prompt seen first). A prompt's accuracy at a
+    step is the mean `correct` of its samples stored at that step; the variance is the population variance over
+    its steps, and a prompt seen at fewer than two steps has none (left out)."""
+    per: dict[str, dict[int, list[float]]] = {}
+    for r in rows:
+        if r.get("correct") is None or "prompt_id" not in r:
+            continue
+        per.setdefault(str(r["prompt_id"]), {}).setdefault(int(r["step"]), []).append(float(bool(r["correct"])))
+    out = []
+    for order, (pid, steps) in enumerate(per.items()):
+        accs = [sum(v) / len(v) for _, v in sorted(steps.items())]
+        if len(accs) >= 2:
+            mean = sum(accs) / len(accs)
+            out.append((order, pid, sum((a - mean) ** 2 for a in accs) / len(accs), len(accs)))
+    out.sort(key=lambda t: (-t[2], t[0]))
+    return [(pid, var, n) for _, pid, var, n in out]
+
+
+def historical_variance_choice(history: str) -> str:
+    """The id of the prompt whose training accuracy varied most in a pilot run (a run directory or its
+    rollouts.jsonl; the pilot should train on a small pool for several epochs with logging.rollouts_every=1).
+
+    Source: Wang et al., arXiv:2504.20571, section 2: examples are ranked by the variance of their training
+    accuracy over the epochs of a full training run, and the top one is the one-shot example."""
+    from rlvr.tracking.rollouts import read_rollouts
+
+    path = Path(history)
+    if not path.exists():
+        raise ValueError(f"sampling.history: {history} does not exist; give a pilot run's directory or its "
+                         "rollouts.jsonl")
+    ranking = historical_accuracy_variance(read_rollouts(path))
+    if not ranking:
+        raise ValueError(f"sampling.history: no prompt in {history} was trained on at two or more steps; run the "
+                         "pilot longer on a smaller pool (task.train_size) with logging.rollouts_every=1")
+    return ranking[0][0]
+
+
 @SAMPLERS.register("one_shot")
 class OneShotSampler(BatchSampler):
     r"""One-shot RLVR: a single training example, repeated to fill every step's batch.
 
         batch(t) = [x*] * prompts_per_step, rollout.n samples each (separate groups)
 
-    x* is the split's record at `index`, or the record whose `TaskRecord.id` is `id` (searched over the first
-    `search_limit` records). The paper picks x* by the historical variance of its training accuracy; here the
-    choice is explicit.
+    x* is the split's record at `index`, the record whose `TaskRecord.id` is `id` (searched over the first
+    `search_limit` records), or, with `history`, the paper's choice: the record whose training accuracy varied
+    most over a pilot run (`historical_variance_choice`).
 
     Source: Wang et al., "Reinforcement Learning for Reasoning in Large Language Models with One Training
     Example", arXiv:2504.20571 (the example is duplicated to the batch size, 128, with 8 rollouts each).
@@ -202,8 +242,13 @@ class OneShotSampler(BatchSampler):
     def __init__(self, prompts, seed: int = 0, *,
                  index: Annotated[int, Field(ge=0)] = 0,
                  id: str | None = None,
+                 history: str | None = None,
                  search_limit: Annotated[int, Field(ge=1)] = 100_000):
         super().__init__(prompts, seed)
+        if history is not None:
+            if id is not None:
+                raise ValueError("sampling: give one of id and history, not both")
+            id = historical_variance_choice(history)
         if id is not None:
             for i in range(min(len(prompts), search_limit)):
                 if prompts[i].id == id:
