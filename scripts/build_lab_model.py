@@ -25,6 +25,7 @@ What is designed in (stated, not discovered):
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 import shutil
@@ -77,18 +78,55 @@ def teacher_solution(numbers: list[int], target: int, rng: random.Random) -> tup
     return careless_attempt(numbers, target, rng), "careless"
 
 
-def make_data(path: Path, count: int, seed: int) -> dict[str, float]:
+def pair_solutions(numbers: list[int], target: int) -> list[tuple[tuple[int, ...], tuple[str, str, str]]]:
+    """Every `(a op b) op (c op d)` over positive integers that makes `target` (4 numbers), as (order, ops)."""
+    if len(numbers) != 4:
+        return []
+    out = []
+    for order in dict.fromkeys(itertools.permutations(numbers)):
+        for o1, o2, o3 in itertools.product(OPS, repeat=3):
+            left, right = apply(order[0], o1, order[1]), apply(order[2], o3, order[3])
+            if left is not None and right is not None and apply(left, o2, right) == target:
+                out.append((order, (o1, o2, o3)))
+    return out
+
+
+def pair_text(order: tuple[int, ...], ops: tuple[str, str, str]) -> str:
+    """The worked form of a pair-shaped solution: both pairs, their combination, then the expression."""
+    a, b, c, d = order
+    o1, o2, o3 = ops
+    left, right = apply(a, o1, b), apply(c, o3, d)
+    value = apply(left, o2, right)  # type: ignore[arg-type]
+    return f"{a}{o1}{b}={left};{c}{o3}{d}={right};{left}{o2}{right}={value}|A:({a}{o1}{b}){o2}({c}{o3}{d})"
+
+
+def right_solution(numbers: list[int], target: int, rng: random.Random) -> tuple[str, str]:
+    """The right-only teacher (builtin-lab-teacher): a uniformly chosen right solution of any shape."""
+    chains = list(chain_solutions(numbers, target))
+    pairs = pair_solutions(numbers, target)
+    if not chains and not pairs:  # the task's targets are built from a chain or a pair, so this is not reached
+        return careless_attempt(numbers, target, rng), "careless"
+    k = rng.randrange(len(chains) + len(pairs))
+    if k < len(chains):
+        order, ops = chains[k]
+        return chain_text(order, ops)[0], "chain_div" if "/" in ops else "chain"
+    order, ops = pairs[k - len(chains)]
+    return pair_text(order, ops), "pair"
+
+
+def make_data(path: Path, count: int, seed: int, right_only: bool = False) -> dict[str, float]:
     # pair_only=False: pair-shaped targets of any kind. Any variant's training split lies outside the held-out
     # pool (tasks/heldout.py), so the lab's held-out problems (pair_only=true) cannot be among these either.
     task = CountdownTask(train_size=max(count, 100_000), pair_only=False)
     rng = random.Random(seed)
-    right, styles = 0, {"chain": 0, "chain_div": 0, "careless": 0}
+    right, styles = 0, {"chain": 0, "chain_div": 0, "careless": 0, "pair": 0}
     with path.open("w") as f:
         for i in range(count):
             record = task.train[i]
             if countdown_held_out(record):  # the build's own check over the data it writes
                 raise SystemExit(f"training example {i} ({canonical_problem(record)}) is a held-out problem")
-            text, style = teacher_solution(record.meta["numbers"], record.meta["target"], rng)
+            solve = right_solution if right_only else teacher_solution
+            text, style = solve(record.meta["numbers"], record.meta["target"], rng)
             styles[style] += 1
             right += task.verify(text, record).correct
             f.write(json.dumps({"prompt": task.plain_prompt(record), "completion": text}) + "\n")
@@ -103,7 +141,12 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=1600)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-check", action="store_true", help="Skip the pass@k acceptance bounds.")
+    ap.add_argument("--teacher", action="store_true", help="build builtin-lab-teacher instead: the same model "
+                    "trained on right solutions only, of every shape (chains with and without division, and "
+                    "(a op b) op (c op d)); no student bands")
     args = ap.parse_args()
+    if args.teacher and args.out == ROOT / "src/rlvr/models/builtin_lab":
+        args.out = ROOT / "src/rlvr/models/builtin_lab_teacher"
     assert set(OPS) == set("+-*/")
 
     started = time.time()
@@ -111,7 +154,7 @@ def main() -> None:
         shutil.rmtree(args.work)
     args.work.mkdir(parents=True)
     data = args.work / "sft_data.jsonl"
-    stats = make_data(data, args.examples, args.seed)
+    stats = make_data(data, args.examples, args.seed, right_only=args.teacher)
     print(f"wrote {args.examples} examples to {data}: {json.dumps(stats)}", flush=True)
     init = args.work / "init"
     make_init_model(init, args.seed, ARCH)
@@ -127,18 +170,19 @@ def main() -> None:
         "task": "countdown (3 or 4 numbers from 1..10, targets 1..100), chain scratchpad then the expression",
         "held_out": {"rule": "tasks/heldout.py", "key": HELD_OUT_KEY, "family": "countdown",
                      "share": HELD_OUT_SHARE, "training_examples_in_pool": 0},
+        "role": "builtin-lab-teacher: right solutions of every shape only" if args.teacher else "builtin-lab",
         "sft": {"examples": args.examples, "steps": args.steps, "seed": args.seed,
-                "p_chain_no_div": P_CHAIN_NO_DIV, "p_chain_div": P_CHAIN_DIV,
+                **({} if args.teacher else {"p_chain_no_div": P_CHAIN_NO_DIV, "p_chain_div": P_CHAIN_DIV}),
                 **{k: round(v, 4) for k, v in stats.items()}},
         "heldout_eval": {"temperature": 1.0, "n": 64, "prompts": result["num_prompts"],
                          **{f"pass@{k}": round(v, 4) for k, v in result["pass@k"].items()}},
         "build_minutes": round(minutes, 1),
-        "command": f"OMP_NUM_THREADS=1 python scripts/build_lab_model.py --examples {args.examples} "
-                   f"--steps {args.steps} --seed {args.seed}",
+        "command": f"OMP_NUM_THREADS=1 python scripts/build_lab_model.py{' --teacher' if args.teacher else ''} "
+                   f"--examples {args.examples} --steps {args.steps} --seed {args.seed}",
     }
     (args.out / "build_info.json").write_text(json.dumps(card, indent=2) + "\n")
     print(json.dumps(card, indent=2))
-    if not args.no_check:
+    if not args.no_check and not args.teacher:
         if not 0.10 <= p1 <= 0.35:
             sys.exit(f"pass@1 = {p1:.3f} is outside [0.10, 0.35]")
         if p64 < 3 * p1:
