@@ -1,12 +1,12 @@
 #!/usr/bin/env python
-"""Build a built-in teacher: a shipped model after a GRPO run of recipes/grpo.yaml (seed 0).
+"""Build the built-in teacher: the built-in model after a GRPO run of recipes/grpo.yaml (seed 0).
 
     python scripts/build_teacher_model.py                  # builtin-teacher: the built-in model after the
                                                            # demo's GRPO run on addition, ~5-20 min on CPU
-    python scripts/build_teacher_model.py --lab            # builtin-lab-teacher: the lab model after 300 GRPO
-                                                           # steps on Countdown (docs/lab.md), ~10-25 min
     python scripts/build_teacher_model.py --from-run DIR   # copy DIR/final of a finished run of the same
                                                            # command instead of training again
+
+The lab model's teacher (builtin-lab-teacher) is built by `scripts/build_lab_model.py --teacher` instead.
 
 A teacher shares its student's tokenizer and architecture and is more accurate on the held-out split (its
 pass@k is written to build_info.json from the run's eval_after.json), so distillation recipes
@@ -28,26 +28,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "src" / "rlvr" / "models"
 FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
-LAB_STEPS = 300
 # name -> (output directory, overrides of recipes/grpo.yaml, what build_info.json says it is)
 TEACHERS = {
     "builtin-teacher": (MODELS / "builtin_teacher", [],
                         "rlvr train recipes/grpo.yaml (seed 0) from the built-in model; final/ of that run"),
-    "builtin-lab-teacher": (MODELS / "builtin_lab_teacher",
-                            ["model.path=builtin-lab", "task={name: countdown}", "rollout.max_new_tokens=64",
-                             f"train.steps={LAB_STEPS}", "eval.before=false", "eval.after=true", "eval.n=16",
-                             "eval.ks=[1,16]", "checkpoint.every=0"],
-                            f"rlvr train recipes/grpo.yaml (seed 0) from builtin-lab on countdown, {LAB_STEPS} "
-                            "steps; final/ of that run"),
 }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--lab", action="store_true", help="build builtin-lab-teacher (the lab model's teacher)")
     ap.add_argument("--from-run", type=Path, default=None, help="a finished run of the same command")
     args = ap.parse_args()
-    name = "builtin-lab-teacher" if args.lab else "builtin-teacher"
+    name = "builtin-teacher"
     out, overrides, source = TEACHERS[name]
     with tempfile.TemporaryDirectory(prefix="rlvr-teacher-") as tmp:
         run = args.from_run

@@ -37,7 +37,7 @@ BUILTIN_MODELS = {
     "builtin-teacher": (BUILTIN_TEACHER_DIR, "the built-in teacher", "scripts/build_teacher_model.py"),
     "builtin-lab": (BUILTIN_LAB_DIR, "the lab model", "scripts/build_lab_model.py"),
     "builtin-lab-teacher": (BUILTIN_LAB_TEACHER_DIR, "the lab model's teacher",
-                            "scripts/build_teacher_model.py --lab"),
+                            "scripts/build_lab_model.py --teacher"),
 }
 
 
