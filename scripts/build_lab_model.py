@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from build_base_model import _count_params, eval_at_t1, make_init_model, sft_into  # noqa: E402
+from build_base_model import MODEL_FILES, _count_params, eval_at_t1, make_init_model, rlvr, sft_into  # noqa: E402
 
 from rlvr.tasks.countdown import (  # noqa: E402
     HELD_OUT_SHARE, OPS, CountdownTask, apply, canonical_problem, chain_solutions, chain_text, countdown_held_out,
@@ -133,6 +133,17 @@ def make_data(path: Path, count: int, seed: int, right_only: bool = False) -> di
     return {"teacher_accuracy": right / count, **{f"{k}_frac": v / count for k, v in styles.items()}}
 
 
+def grpo_into(out: Path, work: Path, seed: int, steps: int) -> None:
+    """`rlvr train recipes/grpo.yaml` on countdown from the model in `out` (WORK/grpo), its final/ copied back."""
+    run = work / "grpo"
+    rlvr("train", "recipes/grpo.yaml", f"model.path={out}", "task={name: countdown}", "rollout.max_new_tokens=64",
+         f"train.steps={steps}", f"run.seed={seed}", f"run.dir={run}", "eval.before=false", "eval.after=false",
+         "checkpoint.every=0", "logging.progress=false")
+    for name in MODEL_FILES:
+        if (run / "final" / name).exists():
+            shutil.copy2(run / "final" / name, out / name)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=ROOT / "src/rlvr/models/builtin_lab")
@@ -143,8 +154,12 @@ def main() -> None:
     ap.add_argument("--no-check", action="store_true", help="Skip the pass@k acceptance bounds.")
     ap.add_argument("--teacher", action="store_true", help="build builtin-lab-teacher instead: the same model "
                     "trained on right solutions only, of every shape (chains with and without division, and "
-                    "(a op b) op (c op d)); no student bands")
+                    "(a op b) op (c op d)), then --grpo-steps of GRPO; no student bands")
+    ap.add_argument("--grpo-steps", type=int, default=None, help="with --teacher: then this many GRPO steps of "
+                    "recipes/grpo.yaml on countdown from the SFT model (default 300; 0: none)")
     args = ap.parse_args()
+    if args.grpo_steps is None:
+        args.grpo_steps = 300 if args.teacher else 0
     if args.teacher and args.out == ROOT / "src/rlvr/models/builtin_lab":
         args.out = ROOT / "src/rlvr/models/builtin_lab_teacher"
     assert set(OPS) == set("+-*/")
@@ -160,6 +175,10 @@ def main() -> None:
     make_init_model(init, args.seed, ARCH)
 
     sft_into(args.out, "recipes/sft_lab.yaml", init, data, args.work, args.seed, args.steps)
+    sft_eval = None
+    if args.grpo_steps:
+        sft_eval = eval_at_t1(args.out, args.work, "countdown", 64, "1,4,16,64", 64)["pass@k"]
+        grpo_into(args.out, args.work, args.seed, args.grpo_steps)
     result = eval_at_t1(args.out, args.work, "countdown", 64, "1,4,16,64", 64)
     p1, p64 = result["pass@k"]["1"], result["pass@k"]["64"]
     minutes = (time.time() - started) / 60
@@ -174,11 +193,14 @@ def main() -> None:
         "sft": {"examples": args.examples, "steps": args.steps, "seed": args.seed,
                 **({} if args.teacher else {"p_chain_no_div": P_CHAIN_NO_DIV, "p_chain_div": P_CHAIN_DIV}),
                 **{k: round(v, 4) for k, v in stats.items()}},
+        **({"grpo": {"steps": args.grpo_steps, "recipe": "recipes/grpo.yaml", "seed": args.seed,
+                     "sft_heldout_pass@k": {k: round(v, 4) for k, v in sft_eval.items()}}} if sft_eval else {}),
         "heldout_eval": {"temperature": 1.0, "n": 64, "prompts": result["num_prompts"],
                          **{f"pass@{k}": round(v, 4) for k, v in result["pass@k"].items()}},
         "build_minutes": round(minutes, 1),
         "command": f"OMP_NUM_THREADS=1 python scripts/build_lab_model.py{' --teacher' if args.teacher else ''} "
-                   f"--examples {args.examples} --steps {args.steps} --seed {args.seed}",
+                   f"--examples {args.examples} --steps {args.steps} --seed {args.seed}"
+                   + (f" --grpo-steps {args.grpo_steps}" if args.teacher else ""),
     }
     (args.out / "build_info.json").write_text(json.dumps(card, indent=2) + "\n")
     print(json.dumps(card, indent=2))
