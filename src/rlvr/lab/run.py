@@ -140,7 +140,7 @@ def analyze(finding: Finding, runs: list[SweepRun], *, method: Method = "t") -> 
     else:
         from rlvr.lab.stats import Interval
 
-        effect = Interval(**primary)
+        effect = Interval.from_dict(primary)
         decided = verdict(effect, finding.direction, finding.min_effect)
         why = _why(finding, effect, decided)
     return {"finding": finding.name, "paper": finding.paper, "claim": finding.claim, "metric": finding.metric,
@@ -152,7 +152,9 @@ def analyze(finding: Finding, runs: list[SweepRun], *, method: Method = "t") -> 
 def _why(finding: Finding, effect: Any, decided: str) -> str:
     side = {"higher": "> 0", "lower": "< 0", "equal": f"within ±{finding.min_effect:g}"}[finding.direction]
     return (f"{finding.treatment} - {finding.control} on {finding.metric}: {effect.mean:+.4g} "
-            f"[{effect.lo:+.4g}, {effect.hi:+.4g}] (95%, {effect.method}, {effect.n} seeds); claimed {side}"
+            f"[{effect.lo:+.4g}, {effect.hi:+.4g}] (95%, {effect.method}, {effect.n} seeds"
+            + (f"; seed(s) {', '.join(map(str, effect.dropped))} dropped: one arm did not finish them"
+               if effect.dropped else "") + f"); claimed {side}"
             + ("" if finding.direction == "equal" else f", smallest effect that counts {finding.min_effect:g}")
             + f": {decided}")
 
