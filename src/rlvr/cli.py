@@ -346,12 +346,15 @@ def lab(
                                                       "Default: one run per core, one thread each.",
                                                       show_default=False)] = None,
     interval: Annotated[str, typer.Option(help="t (default) or bootstrap (over seeds).")] = "t",
+    run_anyway: Annotated[bool, typer.Option("--run-anyway", help="Run the arms even when the finding's premise is "
+                                             "not met (the verdict still says it was not).")] = False,
 ) -> None:
     """Test a claim about an RL method on the lab task and model: arms x seeds, 95% intervals, a verdict.
 
     Writes OUT/lab.md (each arm's mean [95% interval] per metric, the treatment - control effect and the
-    verdict: reproduced, not reproduced or inconclusive), lab.json, lab.png and finding.yaml. Re-running the
-    same command continues an interrupted finding. docs/lab.md explains findings; docs/findings.md has ours.
+    verdict: reproduced, not reproduced or inconclusive), lab.json, lab.png and finding.yaml. A finding's premise
+    is measured first; when it is not met the verdict is "premise not met" and the arms are not run (unless
+    --run-anyway). Re-running the same command continues an interrupted finding. docs/lab.md explains findings; docs/findings.md has ours.
 
     `rlvr lab all` runs every shipped finding in turn (OUT/NAME each, default runs/lab) and writes OUT/suite.md.
 
@@ -366,7 +369,8 @@ def lab(
         if list_:
             from rich.table import Table
 
-            table = Table("finding", "arms", "budget", "measured wall time (2 idle cores, 2 runs at a time)")
+            table = Table("finding", "arms", "budget", "measured wall time (2 idle cores, 2 runs at a time)",
+                          "premise (measured first)", "power at min_effect")
             for row in findings_listing(list_findings()):
                 table.add_row(*row)
             _console().print(table)
@@ -394,7 +398,7 @@ def lab(
             for finding in suite:
                 _choose_seeds(finding, seeds, first_seed, chosen)
             root = out or Path("runs/lab")
-            done = run_suite(suite, root, jobs=jobs, method=interval)  # type: ignore[arg-type]
+            done = run_suite(suite, root, jobs=jobs, method=interval, run_anyway=run_anyway)  # type: ignore[arg-type]
             bad = [r["finding"] for r in done["findings"] if r["verdict"] == "error" or r["failed_runs"]]
             if bad:
                 _fail(RuntimeError(f"lab all: {', '.join(bad)} did not finish cleanly; see {root / 'suite.md'}"))
@@ -408,7 +412,8 @@ def lab(
                 raise typer.BadParameter("--steps/--rollout-tokens are for `compare`; a finding's budget is part "
                                          "of its definition (override it as steps=N rollout_tokens=N)")
         _choose_seeds(finding, seeds, first_seed, chosen)
-        result = run_finding(finding, out or Path("runs/lab") / finding.name, jobs=jobs, method=interval)  # type: ignore[arg-type]
+        result = run_finding(finding, out or Path("runs/lab") / finding.name, jobs=jobs,  # type: ignore[arg-type]
+                             method=interval, run_anyway=run_anyway)  # type: ignore[arg-type]
     except (_user_errors()) as err:
         _fail(err)
     if result.get("failed_runs"):

@@ -56,6 +56,50 @@ class PrepareStep(Strict):
                                  "step's directory for the same seed")
 
 
+class PremiseRun(Strict):
+    """A run the premise is measured on, for the finding's first seed: one of the finding's own arms (`arm`: its
+    run is then reused, not repeated), or a run of its own (a recipe, evaluated or trained like an arm)."""
+    arm: str | None = Field(None, description="one of the finding's arms: its first seed's run")
+    recipe: str | None = Field(None, description="a shipped recipe's name or a recipe file (a run of its own)")
+    overrides: list[str] = Field(default_factory=list, description="key=value, after the lab's own")
+    train: bool = Field(False, description="false: evaluate `model` (no training)")
+    model: str = Field("builtin-lab", description="with train: false, the model to evaluate")
+
+    @model_validator(mode="after")
+    def _one(self) -> "PremiseRun":
+        if (self.arm is None) == (self.recipe is None):
+            raise ValueError("a premise run names either an arm (arm: NAME) or a recipe (recipe: NAME), not both")
+        if self.arm is not None and (self.overrides or self.train or self.model != "builtin-lab"):
+            raise ValueError(f"premise run arm: {self.arm}: an arm's run is reused as it is; overrides, train and "
+                             "model belong to a run of its own (recipe: ...)")
+        return self
+
+
+class PremiseCheck(Strict):
+    """`RUN.METRIC [- RUN.METRIC] OP VALUE`, e.g. `teacher.pass@1 - control.pass@1 >= 0.06`."""
+    left: str = Field(description="RUN.METRIC: a premise run's metric")
+    minus: str | None = Field(None, description="RUN.METRIC subtracted from `left`")
+    op: Literal[">=", ">", "<=", "<"] = ">="
+    value: float = 0.0
+
+    def text(self) -> str:
+        return f"{self.left}{f' - {self.minus}' if self.minus else ''} {self.op} {self.value:g}"
+
+
+class Premise(Strict):
+    """The property of the starting model, or of a short pilot, that the claim needs, measured before the arms
+    run. When a check fails the verdict is "premise not met" and the arms are not run (unless --run-anyway)."""
+    text: str = Field(description="the property, in words, and why the claim needs it")
+    runs: dict[str, PremiseRun]
+    checks: list[PremiseCheck] = Field(min_length=1)
+
+
+class Spread(Strict):
+    """The per-seed standard deviation of the paired effect, from an earlier run: what the power is computed on."""
+    sd: float = Field(gt=0.0, description="sd of the per-seed treatment - control differences (metric units)")
+    source: str = Field(description="where it comes from: which run, how many seeds, how it was derived")
+
+
 class EvalSpec(Strict):
     n: int = Field(16, ge=1, description="samples per held-out problem")
     ks: list[int] = Field(default_factory=lambda: [1, 16], description="pass@k reported")
@@ -94,6 +138,8 @@ class Finding(Strict):
     prepare: dict[str, PrepareStep] = Field(default_factory=dict, description="runs made per seed before the arms, "
                                             "in order (e.g. a reward model); an arm's override names one's "
                                             "directory as {prepare.NAME}")
+    premise: Premise | None = Field(None, description="what the claim needs of the starting model, measured first")
+    spread: Spread | None = Field(None, description="the effect's per-seed sd from an earlier run (power)")
     minutes: float | None = Field(None, description="measured wall time of the whole finding at its defaults on "
                                   "2 idle cores, two runs at a time (docs/findings.md, 'Cost of the suite')")
     notes: str = ""
@@ -113,12 +159,34 @@ class Finding(Strict):
                 if ref not in known:
                     raise ValueError(f"{where}: {{prepare.{ref}}} names no earlier preparation step "
                                      f"({', '.join(known) or 'none'})")
-        from rlvr.lab.metrics import METRICS, metric_known
+        from rlvr.lab.metrics import METRICS, metric_k, metric_known
 
-        for m in [self.metric, *self.report]:
+        used = [("metric", self.metric), *[("report", m) for m in self.report]]
+        if self.premise is not None:
+            for i, check in enumerate(self.premise.checks):
+                for key, ref in (("left", check.left), ("minus", check.minus)):
+                    if ref is None:
+                        continue
+                    run, _, m = ref.partition(".")
+                    if run not in self.premise.runs or not m:
+                        raise ValueError(f"premise.checks[{i}].{key}: '{ref}' must be RUN.METRIC with RUN one of "
+                                         f"the premise's runs ({', '.join(self.premise.runs)})")
+                    used.append((f"premise.checks[{i}].{key}", m))
+            for name, run in self.premise.runs.items():
+                if run.arm is not None and run.arm not in self.arms:
+                    raise ValueError(f"premise.runs.{name}.arm: '{run.arm}' is not one of the arms "
+                                     f"({', '.join(self.arms)})")
+        for key, m in used:
             if not metric_known(m):
-                raise ValueError(f"metric '{m}' is unknown; expected one of {', '.join(METRICS)} "
+                raise ValueError(f"{key}: metric '{m}' is unknown; expected one of {', '.join(METRICS)} "
                                  "(pass@K, maj@K, rm@K and best_of@K for any K in eval.ks)")
+            k = metric_k(m)
+            if k is not None and k not in self.eval.ks:
+                raise ValueError(f"{key}: {m} needs k={k} in eval.ks (now {self.eval.ks}); add {k} to eval.ks "
+                                 f"(and eval.n >= {k}) or use a k that is evaluated")
+        if self.direction == "equal" and self.min_effect <= 0:
+            raise ValueError("min_effect: a claim of 'equal' needs min_effect > 0 (the equivalence band); with 0 "
+                             "it could never be reproduced")
         return self
 
     def seed_list(self) -> list[int]:

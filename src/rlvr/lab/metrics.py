@@ -79,8 +79,32 @@ def unsolved_frac(run_dir: Path) -> float:
 
 
 def mean_reward(run_dir: Path) -> float:
+    """The held-out evaluation's mean reward (its accuracy when it records no reward); nan when neither."""
     result = _eval(run_dir)
-    return float(result.get("mean_reward", result["accuracy"]))
+    return float(result.get("mean_reward", result.get("accuracy", math.nan)))
+
+
+def _train_steps(run_dir: Path) -> list[dict[str, Any]]:
+    return [s for s in _steps(run_dir) if "response_tokens" in s]  # evaluation lines carry no rollout
+
+
+def updates(run_dir: Path) -> float:
+    """Optimizer steps taken: training steps less those skipped (e.g. a batch with no signal)."""
+    steps = _train_steps(run_dir)
+    return float(len(steps) - sum(s.get("skipped_optimizer_steps", 0.0) for s in steps))
+
+
+def _sum(key: str) -> Callable[[Path], float]:
+    def total(run_dir: Path) -> float:
+        return float(sum(s.get(key, 0.0) for s in _train_steps(run_dir)))
+    total.__doc__ = f"The run's total of the per-step `{key}`."
+    return total
+
+
+def zero_std_frac(run_dir: Path) -> float:
+    """Mean share of a step's groups whose rewards are all equal (no signal for a group-relative advantage)."""
+    values = [s["zero_std_frac"] for s in _train_steps(run_dir) if isinstance(s.get("zero_std_frac"), (int, float))]
+    return statistics.fmean(values) if values else math.nan
 
 
 def solve_rate(run_dir: Path) -> float:
@@ -104,7 +128,14 @@ METRICS: dict[str, Callable[[Path], float]] = {
     "mean_reward": mean_reward,
     "solve_rate": solve_rate,
     "tokens_per_problem": tokens_per_problem,
+    "updates": updates,
+    "train_tokens": _sum("train_tokens"),
+    "teacher_forward_tokens": _sum("teacher_forward_tokens"),
+    "reference_forward_tokens": _sum("reference_forward_tokens"),
+    "zero_std_frac": zero_std_frac,
 }
+# The work an arm did, tabulated for every training arm and checked against a declared budget.
+WORK_METRICS = ("updates", "rollout_tokens", "train_tokens", "teacher_forward_tokens", "reference_forward_tokens")
 # pass@K, maj@K (majority vote), rm@K (best-of-K by eval.select_model), and best_of@K: the arm's own selector's
 # accuracy among K samples, rm@K when its evaluation has a reward model, else maj@K (a vote-vs-RM finding's
 # arms then differ only in eval.select_model).
@@ -113,6 +144,12 @@ _AT_K = re.compile(r"(pass|maj|rm|best_of)@(\d+)$")
 
 def metric_known(name: str) -> bool:
     return name in METRICS or _AT_K.match(name) is not None
+
+
+def metric_k(name: str) -> int | None:
+    """K of pass@K, maj@K, rm@K or best_of@K; None for other metrics."""
+    m = _AT_K.match(name)
+    return int(m[2]) if m else None
 
 
 def is_rate(name: str) -> bool:

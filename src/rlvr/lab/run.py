@@ -21,7 +21,10 @@ from typing import Any
 from rlvr.config import ConfigError
 from rlvr.lab.finding import LAB_COMMON, PREPARE_REF, Finding, dump_finding, resolve_recipe
 from rlvr.lab.metrics import is_rate, run_metric
-from rlvr.lab.stats import Method, difference_interval, mean_interval, verdict
+from rlvr.lab.plots import plot_forest, plot_results
+from rlvr.lab.premise import measure_premise, plan_premise, premise_line
+from rlvr.lab.stats import Method, difference_interval, mean_interval, paired_power, seeds_for_power, t_quantile, verdict
+from rlvr.lab.work import arm_work, work_issues, work_summary
 from rlvr.runtime import console
 from rlvr.trainer.sweep import PlannedArm, SweepRun, plan_runs, run_sweep
 
@@ -62,15 +65,41 @@ def plan_finding(finding: Finding, out: Path) -> list[SweepRun]:
     return plan_runs(arms, finding.seed_list(), out, finding_overrides(finding))
 
 
-def run_finding(finding: Finding, out: Path, *, jobs: int = 1, method: Method = "t") -> dict[str, Any]:
-    """Run (or continue) the finding in `out` and write its results; returns lab.json's content."""
+def run_finding(finding: Finding, out: Path, *, jobs: int = 1, method: Method = "t",
+                run_anyway: bool = False) -> dict[str, Any]:
+    """Run (or continue) the finding in `out` and write its results; returns lab.json's content. The premise
+    is measured first: when it is not met the arms are not run (unless `run_anyway`) and the verdict is
+    "premise not met"."""
     stages = plan_prepare(finding, out)
     runs = plan_finding(finding, out)
+    premise_runs = plan_premise(finding, out, runs, finding_overrides(finding))
     check_same_definition(finding, out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "finding.yaml").write_text(dump_finding(finding))
+    (out / "definition.json").write_text(json.dumps(definition_record(finding), indent=2) + "\n")
     console.print(f"lab: {finding.name}: {len(finding.arms)} arms x {finding.seeds} seeds "
                   f"(seeds {finding.seed_list()}) -> {out}")
+    power = power_report(finding)
+    if power is not None:
+        console.print(f"lab: {power['line']}")
+        if power["power"] < 0.5:
+            console.print(f"[yellow]lab: warning: {finding.seeds} seeds give {power['power']:.0%} power at "
+                          f"min_effect; {power['seeds_for_80']} would give 80%[/yellow]")
+    premise = None
+    if premise_runs:
+        own = [r for r in premise_runs.values() if r.run_dir.is_relative_to(out / "premise")]
+        arm_first = [r for r in premise_runs.values() if r not in own]
+        premise_failed = run_sweep(own, out / "premise", jobs, summarize=False)["failed"] if own else []
+        if arm_first:
+            premise_failed += run_sweep(arm_first, out, jobs, summarize=False)["failed"]
+        premise = measure_premise(finding, premise_runs)
+        premise["failed_runs"] = premise_failed
+        console.print(f"lab: {premise_line(premise)}")
+        if not premise["met"] and not run_anyway:
+            result = premise_result(finding, premise, method)
+            result["power"] = power
+            write_results(result, out)
+            return result
     failed = []
     for name, stage in zip(finding.prepare, stages):
         console.print(f"lab: preparation '{name}'")
@@ -78,8 +107,105 @@ def run_finding(finding: Finding, out: Path, *, jobs: int = 1, method: Method = 
     summary = run_sweep(runs, out, jobs)
     result = analyze(finding, runs, method=method)
     result["failed_runs"] = failed + summary.get("failed", [])
+    result["power"] = power
+    result["observed"] = observed_power(finding, result)
+    work = arm_work(finding, runs)
+    result["work"] = work_summary(work)
+    result["work_issues"] = work_issues(finding, work)
+    if result["work_issues"]:
+        result["verdict"] += f" (unequal work: {'; '.join(result['work_issues'])})"
+    if premise is not None:
+        result["premise"] = premise
+        if not premise["met"]:
+            result["verdict"] = f"premise not met (arms run anyway: {result['verdict']})"
+    result["analyses"] = earlier_analyses(out, result)
     write_results(result, out)
     return result
+
+
+def premise_result(finding: Finding, premise: dict[str, Any], method: Method) -> dict[str, Any]:
+    """lab.json for a finding whose premise failed: the measurement, no arms spent."""
+    return {"finding": finding.name, "version": finding.version, "paper": finding.paper, "claim": finding.claim,
+            "metric": finding.metric, "direction": finding.direction, "min_effect": finding.min_effect,
+            "control": finding.control, "treatment": finding.treatment, "seeds": finding.seed_list(),
+            "interval_method": method, "arms": {}, "effects": {}, "premise": premise,
+            "verdict": "premise not met", "why": premise_line(premise) + "; the arms were not run "
+            "(--run-anyway runs them)", "failed_runs": premise.get("failed_runs", [])}
+
+
+def definition_record(finding: Finding) -> dict[str, Any]:
+    """What else defines a finding's runs besides its YAML: each recipe's contents (a hash) and rlvr's version."""
+    import hashlib
+
+    import rlvr
+
+    recipes = {}
+    for where, recipe in ([(f"arms.{n}", a.recipe) for n, a in finding.arms.items()]
+                          + [(f"prepare.{n}", st.recipe) for n, st in finding.prepare.items()]
+                          + [(f"premise.runs.{n}", r.recipe) for n, r in
+                             (finding.premise.runs.items() if finding.premise else []) if r.recipe]):
+        path = resolve_recipe(recipe, f"{where}.recipe")
+        recipes[where] = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    return {"rlvr": rlvr.__version__, "recipes": recipes}
+
+
+def power_report(finding: Finding) -> dict[str, Any] | None:
+    """The power of the finding's seeds at min_effect, from its declared spread (None without one)."""
+    if finding.spread is None or finding.min_effect <= 0:
+        return None
+    sd, m, n = finding.spread.sd, finding.min_effect, finding.seeds
+    if finding.direction == "equal":
+        power, need = equivalence_power(n, sd, m), None
+        for k in range(2, 1001):
+            if equivalence_power(k, sd, m) >= 0.8:
+                need = k
+                break
+    else:
+        power, need = paired_power(n, sd, m), seeds_for_power(sd, m)
+    return {"sd": sd, "source": finding.spread.source, "seeds": n, "power": power, "seeds_for_80": need,
+            "line": f"power at min_effect {m:g} with {n} seeds: {power:.0%} (per-seed sd {sd:.3g}, "
+                    f"{finding.spread.source}); seeds for 80%: {need if need else '> 1000'}"}
+
+
+def equivalence_power(n: int, sd: float, band: float) -> float:
+    """The chance that a paired t interval over n seeds lies inside ±band when the true effect is 0 (the mean
+    taken as normal with sd/√n and s as sd: 2Φ(band·√n/sd − t(0.975, n − 1)) − 1, at least 0)."""
+    from scipy.stats import norm
+
+    if n < 2:
+        return 0.0
+    return max(0.0, 2.0 * float(norm.cdf(band * math.sqrt(n) / sd - t_quantile(0.975, n - 1))) - 1.0)
+
+
+def observed_power(finding: Finding, result: dict[str, Any]) -> dict[str, Any] | None:
+    """The per-seed sd of the paired effect this run observed, and the power it implies at min_effect."""
+    effect = result["effects"].get(finding.metric)
+    if not effect or effect.get("n", 0) < 2 or not math.isfinite(effect["hi"]) or finding.min_effect <= 0:
+        return None
+    n = effect["n"]
+    sd = (effect["hi"] - effect["lo"]) / 2 * math.sqrt(n) / t_quantile(0.975, n - 1)
+    if sd == 0:
+        return {"sd": 0.0, "seeds": n, "power": 1.0, "seeds_for_80": 2}
+    if finding.direction == "equal":
+        return {"sd": sd, "seeds": n, "power": equivalence_power(n, sd, finding.min_effect), "seeds_for_80": None}
+    return {"sd": sd, "seeds": n, "power": paired_power(n, sd, finding.min_effect),
+            "seeds_for_80": seeds_for_power(sd, finding.min_effect)}
+
+
+def earlier_analyses(out: Path, result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The analyses an earlier invocation wrote to OUT/lab.json on other seeds (e.g. before more seeds were
+    added), kept in order; the current one is this result itself."""
+    path = out / "lab.json"
+    if not path.is_file():
+        return []
+    try:
+        before = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return []
+    history = list(before.get("analyses", []))
+    if before.get("seeds") != result["seeds"] and "verdict" in before:
+        history.append({k: before.get(k) for k in ("seeds", "verdict", "why", "effects", "interval_method")})
+    return history
 
 
 # What may change between invocations in one OUT: the seeds (more seeds continue a finding) and the prose.
@@ -88,9 +214,24 @@ _FREE_KEYS = ("seeds", "first_seed", "seed_values", "minutes", "notes", "title")
 
 def check_same_definition(finding: Finding, out: Path) -> None:
     """Refuse to continue in an OUT whose finished runs were made by another definition of the finding (other
-    arms, budget or evaluation): they would count as done and be analysed as if they were this one's."""
+    arms, budget or evaluation, other recipe contents or another rlvr version): they would count as done and
+    be analysed as if they were this one's."""
     import yaml
 
+    record = out / "definition.json"
+    if record.is_file():
+        try:
+            before_record = json.loads(record.read_text())
+        except json.JSONDecodeError:
+            before_record = None
+        now_record = definition_record(finding)
+        if before_record is not None and before_record != now_record:
+            what = [k for k in ("rlvr",) if before_record.get(k) != now_record.get(k)]
+            what += [f"the contents of {w}'s recipe" for w in sorted(set(before_record.get("recipes", {}))
+                                                                      | set(now_record["recipes"]))
+                     if before_record.get("recipes", {}).get(w) != now_record["recipes"].get(w)]
+            raise ConfigError(f"--out: {out} holds runs made with {', '.join(what) or 'another definition'} "
+                              f"different from now; pass a new --out, or remove {out} to start over")
     path = out / "finding.yaml"
     if not path.is_file():
         return
@@ -143,7 +284,8 @@ def analyze(finding: Finding, runs: list[SweepRun], *, method: Method = "t") -> 
         effect = Interval.from_dict(primary)
         decided = verdict(effect, finding.direction, finding.min_effect)
         why = _why(finding, effect, decided)
-    return {"finding": finding.name, "paper": finding.paper, "claim": finding.claim, "metric": finding.metric,
+    return {"finding": finding.name, "version": finding.version, "paper": finding.paper, "claim": finding.claim,
+            "metric": finding.metric,
             "direction": finding.direction, "min_effect": finding.min_effect, "control": finding.control,
             "treatment": finding.treatment, "seeds": finding.seed_list(), "interval_method": method,
             "arms": arms, "effects": effects, "verdict": decided, "why": why}
@@ -175,6 +317,12 @@ def _fmt(m: str, d: dict[str, Any], *, signed: bool = False) -> str:
 
 def results_table(result: dict[str, Any]) -> str:
     """The finding's markdown table: each arm's mean [95% interval] per metric, then the effect and verdict."""
+    if not result["arms"]:
+        lines = [f"**{result['finding']}**: {result['claim']} ({result['paper']})", "",
+                 f"Verdict: **{result['verdict']}**. {result['why']}"]
+        if result.get("power"):
+            lines.append(f"Declared: {result['power']['line']}.")
+        return "\n".join(lines)
     metrics = list(next(iter(result["arms"].values())))
     lines = [f"**{result['finding']}**: {result['claim']} ({result['paper']})", "",
              "| arm | seeds | " + " | ".join(metrics) + " |", "|" + "---|" * (len(metrics) + 2)]
@@ -185,38 +333,22 @@ def results_table(result: dict[str, Any]) -> str:
     lines.append(f"| {result['treatment']} − {result['control']} | paired | "
                  + " | ".join(_fmt(m, eff[m]) if m in eff else "n/a" for m in metrics) + " |")
     lines += ["", f"Verdict: **{result['verdict']}**. {result['why']}"]
+    if result.get("premise"):
+        lines.append(f"Premise ({result['premise']['text']}): {premise_line(result['premise'])}.")
+    if result.get("power"):
+        lines.append(f"Declared: {result['power']['line']}.")
+    if result.get("observed"):
+        o = result["observed"]
+        lines.append(f"Observed: per-seed sd {o['sd']:.3g}, power at min_effect {o['power']:.0%} with {o['seeds']} "
+                     f"seeds" + (f"; seeds for 80%: {o['seeds_for_80']}" if o.get("seeds_for_80") else "") + ".")
+    if result.get("work"):
+        cols = ["updates", "rollout_tokens", "train_tokens", "teacher_forward_tokens"]
+        lines += ["", "| arm (work, mean over seeds) | " + " | ".join(cols) + " |", "|" + "---|" * (len(cols) + 1)]
+        lines += [f"| {arm} | " + " | ".join(f"{w.get(c, 0):,.0f}" for c in cols) + " |"
+                  for arm, w in result["work"].items()]
     if result.get("failed_runs"):
         lines.append(f"Failed runs (left out): {', '.join(result['failed_runs'])}")
     return "\n".join(lines)
-
-
-def plot_results(result: dict[str, Any], path: Path) -> None:
-    """One panel per metric: each arm's seeds as dots and its mean with the 95% interval."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    metrics = list(next(iter(result["arms"].values())))
-    arms = list(result["arms"])
-    fig, axes = plt.subplots(1, len(metrics), figsize=(3.6 * len(metrics), 3.4), squeeze=False)
-    for ax, m in zip(axes[0], metrics):
-        for i, arm in enumerate(arms):
-            d = result["arms"][arm][m]
-            vals = list(d.get("values", {}).values())
-            ax.scatter([i] * len(vals), vals, s=12, alpha=0.6)
-            if d.get("n"):
-                lo = d["lo"] if math.isfinite(d["lo"]) else d["mean"]
-                hi = d["hi"] if math.isfinite(d["hi"]) else d["mean"]
-                ax.errorbar([i + 0.15], [d["mean"]], yerr=[[d["mean"] - lo], [hi - d["mean"]]], fmt="o", color="k",
-                            capsize=4)
-        ax.set_xticks(range(len(arms)), arms, rotation=20, fontsize=8)
-        ax.set_title(m + (" (verdict)" if m == result["metric"] else ""), fontsize=9)
-        ax.grid(alpha=0.3)
-    fig.suptitle(f"{result['finding']}: {result['verdict']}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def write_results(result: dict[str, Any], out: Path) -> None:
@@ -227,8 +359,8 @@ def write_results(result: dict[str, Any], out: Path) -> None:
     console.print(table)
 
 
-def findings_listing(names: list[str]) -> list[tuple[str, str, str, str]]:
-    """(name, arms, seeds x budget, measured minutes) for `rlvr lab --list`."""
+def findings_listing(names: list[str]) -> list[tuple[str, ...]]:
+    """(name, arms, seeds x budget, measured minutes, premise, power at min_effect) for `rlvr lab --list`."""
     from rlvr.lab.finding import load_finding
 
     rows = []
@@ -236,19 +368,23 @@ def findings_listing(names: list[str]) -> list[tuple[str, str, str, str]]:
         try:
             f = load_finding(name)
         except ConfigError as err:
-            rows.append((name, "(invalid)", str(err).splitlines()[-1], ""))
+            rows.append((name, "(invalid)", str(err).splitlines()[-1], "", "", ""))
             continue
         trains = any(a.train for a in f.arms.values())
         budget = (f"{f.steps} steps" + (f", {f.rollout_tokens:,} tokens" if f.rollout_tokens else "")
                   if trains else "evaluation only")
         if f.prepare:
             budget += f"; prepared: {', '.join(f.prepare)}"
-        rows.append((name, " vs ".join(f.arms), f"{f.seeds} seeds x {budget}",
-                     f"{f.minutes:.1f} min" if f.minutes is not None else "not yet run"))
+        power = power_report(f)
+        premise = ("; ".join(c.text() for c in f.premise.checks) if f.premise else "none declared")
+        rows.append((f"{name} (v{f.version})", " vs ".join(f.arms), f"{f.seeds} seeds x {budget}",
+                     f"{f.minutes:.1f} min" if f.minutes is not None else "not yet run", premise,
+                     f"{power['power']:.0%} (80%: {power['seeds_for_80'] or '>1000'} seeds)" if power else "no spread"))
     return rows
 
 
-def run_suite(findings: list[Finding], out: Path, *, jobs: int = 1, method: Method = "t") -> dict[str, Any]:
+def run_suite(findings: list[Finding], out: Path, *, jobs: int = 1, method: Method = "t",
+              run_anyway: bool = False) -> dict[str, Any]:
     """`rlvr lab all`: each finding in turn in OUT/NAME (so each continues where `rlvr lab NAME` stopped), then
     OUT/suite.md and suite.json: each finding's verdict, its effect and this invocation's wall time. A finding
     that cannot run (its OUT holds another definition, a run fails) is reported and the suite goes on."""
@@ -260,13 +396,14 @@ def run_suite(findings: list[Finding], out: Path, *, jobs: int = 1, method: Meth
         t0 = time.perf_counter()
         row: dict[str, Any] = {"finding": finding.name, "out": str(out / finding.name)}
         try:
-            result = run_finding(finding, out / finding.name, jobs=jobs, method=method)
+            result = run_finding(finding, out / finding.name, jobs=jobs, method=method, run_anyway=run_anyway)
         except ConfigError as err:
             row.update(verdict="error", why=str(err), failed_runs=[])
         else:
             effect = result["effects"].get(result["metric"])
             row.update(verdict=result["verdict"], metric=result["metric"], effect=effect, why=result["why"],
-                       failed_runs=result["failed_runs"])
+                       failed_runs=result["failed_runs"], direction=finding.direction, min_effect=finding.min_effect,
+                       version=finding.version, premise=result.get("premise"), work_issues=result.get("work_issues"))
         row["minutes"] = (time.perf_counter() - t0) / 60
         rows.append(row)
         suite = _write_suite(rows, out, jobs, (time.perf_counter() - started) / 60)  # current: nothing lost on a stop
@@ -278,7 +415,8 @@ def _write_suite(rows: list[dict[str, Any]], out: Path, jobs: int, minutes: floa
     suite = {"jobs": jobs, "minutes": minutes, "findings": rows}
     out.mkdir(parents=True, exist_ok=True)
     (out / "suite.json").write_text(json.dumps(suite, indent=2) + "\n")
-    (out / "suite.md").write_text(suite_table(suite) + "\n")
+    plot_forest(suite, out / "suite.png")
+    (out / "suite.md").write_text(suite_table(suite) + "\n\n![verdicts](suite.png)\n")
     return suite
 
 

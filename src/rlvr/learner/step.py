@@ -23,7 +23,14 @@ def learn_on(learner: Learner, groups: list[Group], pad_id: int) -> dict[str, fl
     batch, inputs = learner.prepare(batch)
     advantages = learner.compute_advantages(batch, inputs)
     record_advantages(groups, advantages, batch)
-    return learner.update(batch)
+    stats = learner.update(batch)
+    # Work done by frozen models this step (the lab's equal-work check): the sequence tokens they scored.
+    sequence_tokens = float(batch.attention_mask.sum())
+    if batch.teacher_logprobs is not None or getattr(learner, "full_logits", False):
+        stats["teacher_forward_tokens"] = sequence_tokens
+    if batch.ref_logprobs is not None:
+        stats["reference_forward_tokens"] = sequence_tokens
+    return stats
 
 
 def record_advantages(groups: list[Group], advantages: torch.Tensor, batch: Batch) -> None:
