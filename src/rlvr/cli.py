@@ -369,8 +369,11 @@ def lab(
         if list_:
             from rich.table import Table
 
-            table = Table("finding", "arms", "budget", "measured wall time (2 idle cores, 2 runs at a time)",
-                          "premise (measured first)", "power at min_effect")
+            table = Table()
+            table.add_column("finding", no_wrap=True, min_width=max(len(n) for n in list_findings()) + 5)
+            for title in ("arms", "budget", "minutes (2 idle cores, 2 runs at a time)",
+                          "premise (measured first)", "power at min_effect"):
+                table.add_column(title, overflow="fold")
             for row in findings_listing(list_findings()):
                 table.add_row(*row)
             _console().print(table)
