@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib.util
 import json
 import os
 import re
@@ -68,6 +69,8 @@ class Part:
     junit: bool = False  # a pytest run: read its JUnit XML
     rehearsal: list[str] | None = None  # --dry-run: this command instead (on the CPU, toy sizes)
     rehearsal_env: dict[str, str] = field(default_factory=dict)
+    # optional packages the part imports: (module, install command); a missing one skips the part with the reason
+    needs: list[tuple[str, str]] = field(default_factory=list)
 
 
 def _pytest(select: str, limit: int) -> list[str]:
@@ -98,7 +101,8 @@ def plan() -> list[Part]:
              rehearsal=[*worker, "rlvr_train", "--args", json.dumps({**TOY_WORK, "engine": "fast"})]),
         Part("trl_grpo_0.5b", [*worker, "trl_train", "--args",
                                json.dumps({**EQUAL_WORK, "device": "cuda", "dtype": "bfloat16"})], 90, min_s=60,
-             rehearsal=[*worker, "trl_train", "--args", json.dumps(TOY_WORK)]),
+             rehearsal=[*worker, "trl_train", "--args", json.dumps(TOY_WORK)],
+             needs=[("trl", 'pip install -e ".[bench]" (on the GPU machine: the wheels in .whl/, make gpu-wheels)')]),
         Part("shape_1.5b", [PY, "scripts/gpu/parts.py", "shape", "--args",
                             json.dumps({**shape_05, "shape": "1.5b"})], 90, min_s=70),
     ]
@@ -229,7 +233,14 @@ def run_check(parts: list[Part], out: Path, budget_s: float, dry_run: bool) -> d
     with open(out / "gpu_check.log", "a") as log, tempfile.TemporaryDirectory(prefix="rlvr-gpu-check-") as tmp:
         for part in parts:
             left = budget_s - (time.perf_counter() - start)
-            if dry_run and part.needs_cuda and part.rehearsal is None:
+            missing = [(m, how) for m, how in part.needs if importlib.util.find_spec(m) is None]
+            if missing:
+                report["parts"][part.name] = {
+                    "status": "skipped", "needs_cuda": part.needs_cuda, "command": shlex.join(part.command),
+                    "limit_s": part.limit_s,
+                    "reason": "; ".join(f"needs the optional package '{m}', which {PY} cannot import: {how}"
+                                        for m, how in missing)}
+            elif dry_run and part.needs_cuda and part.rehearsal is None:
                 report["parts"][part.name] = {"status": "skipped", "needs_cuda": True,
                                               "command": shlex.join(part.command), "limit_s": part.limit_s,
                                               "reason": "--dry-run: needs CUDA, no CPU rehearsal"}

@@ -83,6 +83,21 @@ def test_a_part_is_skipped_when_the_budget_left_is_under_its_minimum(tmp_path):
     assert second["status"] == "skipped" and "of the 6 s budget left" in second["reason"], second
 
 
+def test_a_part_whose_optional_package_is_missing_is_skipped_with_the_install_command(tmp_path):
+    parts = [check.Part("needs_nothing_there", [PY, "-c", "raise SystemExit(3)"], 30, needs_cuda=False,
+                        needs=[("rlvr_no_such_module_x", 'pip install -e ".[bench]"')]),
+             check.Part("after", [PY, "-c", "pass"], 30, needs_cuda=False)]
+    report = check.run_check(parts, tmp_path, budget_s=60, dry_run=True)
+    skipped = report["parts"]["needs_nothing_there"]
+    assert skipped["status"] == "skipped" and "rlvr_no_such_module_x" in skipped["reason"]
+    assert 'pip install -e ".[bench]"' in skipped["reason"]
+    assert report["parts"]["after"]["status"] == "ok"
+    assert report["summary"]["failed"] == [] and "needs_nothing_there" in report["summary"]["skipped"]
+    # the shipped TRL part declares its package
+    trl = next(p for p in check.plan() if p.name == "trl_grpo_0.5b")
+    assert [m for m, _ in trl.needs] == ["trl"]
+
+
 def test_junit_outcomes_and_the_summary_of_equal_work(tmp_path):
     xml = tmp_path / "j.xml"
     xml.write_text(

@@ -136,8 +136,7 @@ def premise_result(finding: Finding, premise: dict[str, Any], method: Method) ->
 def definition_record(finding: Finding) -> dict[str, Any]:
     """What else defines a finding's runs besides its YAML: each recipe's contents (a hash) and rlvr's version."""
     import hashlib
-
-    import rlvr
+    import importlib.metadata
 
     recipes = {}
     for where, recipe in ([(f"arms.{n}", a.recipe) for n, a in finding.arms.items()]
@@ -146,7 +145,7 @@ def definition_record(finding: Finding) -> dict[str, Any]:
                              (finding.premise.runs.items() if finding.premise else []) if r.recipe]):
         path = resolve_recipe(recipe, f"{where}.recipe")
         recipes[where] = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-    return {"rlvr": rlvr.__version__, "recipes": recipes}
+    return {"rlvr": importlib.metadata.version("rlvr"), "recipes": recipes}
 
 
 def power_report(finding: Finding) -> dict[str, Any] | None:

@@ -47,7 +47,10 @@ import torch
 from rlvr.errors import ConfigError
 from rlvr.rollout.base import ENGINES, RolloutEngine, SamplingParams
 from rlvr.tasks.images import RAW_IMAGES
+from rlvr.tempdirs import owned_tempdir, remove_tree, sweep_stale
 from rlvr.types import Sample
+
+IPC_PREFIX = "rlvr-vllm-ipc-"
 
 log = logging.getLogger("rlvr")
 
@@ -214,6 +217,7 @@ class VLLMEngine(RolloutEngine):
         self.max_model_len = max_model_len
         self._view = vllm_checkpoint_view(Path(path))  # None: vLLM reads the checkpoint as it is
         load_from = str(self._view or path)
+        self._use_private_ipc_dir()
         try:
             self.llm = vllm.LLM(
                 model=load_from, tokenizer=str(path), dtype=dtype, max_model_len=max_model_len,
@@ -223,6 +227,7 @@ class VLLMEngine(RolloutEngine):
                 worker_extension_cls=f"{__name__}.RlvrWeightSync", **kwargs,
             )
         except Exception as err:
+            self._release_ipc_dir()
             raise _config_error(_start_failure(err, kv_cache_gb, self.on_cpu)) from err
         self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
         self._vllm = vllm
@@ -338,6 +343,36 @@ class VLLMEngine(RolloutEngine):
         shutil.rmtree(getattr(self, "_shm", ""), ignore_errors=True)
         if getattr(self, "_view", None) is not None:
             shutil.rmtree(self._view, ignore_errors=True)
+        self._release_ipc_dir()
+
+    # -- vLLM's IPC sockets ------------------------------------------------------------------------------------
+
+    def _use_private_ipc_dir(self) -> None:
+        """vLLM's processes talk over Unix sockets named `<VLLM_RPC_BASE_PATH>/<uuid>` (the temp dir by default)
+        and leave them behind. They go in a directory this engine owns (`rlvr-vllm-ipc-<pid>-*`), removed on
+        shutdown; one left by a killed run is swept by the next engine (rlvr.tempdirs)."""
+        sweep_stale(IPC_PREFIX)
+        self._ipc_dir = owned_tempdir(IPC_PREFIX)
+        self._ipc_before = os.environ.get("VLLM_RPC_BASE_PATH")
+        os.environ["VLLM_RPC_BASE_PATH"] = self._ipc_dir  # inherited by the engine's processes
+        try:
+            from vllm import envs as vllm_envs
+
+            vllm_envs.disable_envs_cache()  # an earlier engine in this process may have frozen the old value
+        except (ImportError, AttributeError):
+            pass
+
+    def _release_ipc_dir(self) -> None:
+        ipc = getattr(self, "_ipc_dir", None)
+        if ipc is None:
+            return
+        if os.environ.get("VLLM_RPC_BASE_PATH") == ipc:
+            if self._ipc_before is None:
+                os.environ.pop("VLLM_RPC_BASE_PATH", None)
+            else:
+                os.environ["VLLM_RPC_BASE_PATH"] = self._ipc_before
+        remove_tree(ipc)
+        self._ipc_dir = None
 
 
 VISION_TYPES = ("llava",)

@@ -212,13 +212,21 @@ def historical_variance_choice(history: str) -> str:
 
     Source: Wang et al., arXiv:2504.20571, section 2: examples are ranked by the variance of their training
     accuracy over the epochs of a full training run, and the top one is the one-shot example."""
-    from rlvr.tracking.rollouts import read_rollouts
+    import json
 
     path = Path(history)
-    if not path.exists():
+    if path.is_dir():
+        path = path / "rollouts.jsonl"
+    if not path.is_file():
         raise ValueError(f"sampling.history: {history} does not exist; give a pilot run's directory or its "
                          "rollouts.jsonl")
-    ranking = historical_accuracy_variance(read_rollouts(path))
+    rows = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line cut short by a crash
+    ranking = historical_accuracy_variance(rows)
     if not ranking:
         raise ValueError(f"sampling.history: no prompt in {history} was trained on at two or more steps; run the "
                          "pilot longer on a smaller pool (task.train_size) with logging.rollouts_every=1")

@@ -26,6 +26,7 @@ from rlvr.rewards import isolation
 from rlvr.rewards.sandbox.guard import GUARD_SOURCE, NO_GUARD_SOURCE
 from rlvr.rewards.sandbox.limits import NPROC_LIMIT, base_env
 from rlvr.rewards.sandbox.zygote import ZYGOTE_SOURCE
+from rlvr.tempdirs import owned_tempdir, remove_tree, sweep_stale
 
 NOBODY = isolation.NOBODY
 SERVER_MAX_RUNS = 2000  # a warm server is replaced after this many runs
@@ -85,7 +86,7 @@ class _Server:
             else:
                 _sweep_stale_server_dirs()
                 # the owner's pid in the name: a later process's sweep knows when the owner is gone
-                self.host_root = root = os.path.realpath(tempfile.mkdtemp(prefix=f"{_DIR_PREFIX}{os.getpid()}-"))
+                self.host_root = root = owned_tempdir(_DIR_PREFIX)
                 if self.drop_uid is not None:
                     os.chown(root, self.drop_uid, self.drop_uid)
                 prefix = list(_netns_prefix())
@@ -153,7 +154,7 @@ class _Server:
                     break
                 time.sleep(0.01)
         if self.host_root:
-            _remove_tree(self.host_root)
+            remove_tree(self.host_root)
 
     def forget(self) -> None:
         """In a forked child: drop our copy of the socket without touching the server (the parent owns it)."""
@@ -223,30 +224,4 @@ def _sweep_stale_server_dirs() -> None:
     """Remove the server directories (`rlvr-sandbox-<owner pid>-*` in the temp dir) whose owner process is gone,
     e.g. a verifier worker killed with SIGKILL before its server could clean up; as `isolation.sweep_stale_cgroups`
     does for cgroups. Directories of live owners (other runs on this machine) are left alone."""
-    base = tempfile.gettempdir()
-    try:
-        names = os.listdir(base)
-    except OSError:
-        return
-    for name in names:
-        # only `rlvr-sandbox-<pid>-<random>`: an older name without a pid (`rlvr-sandbox-<random>`) is left alone
-        pid, sep, _ = name[len(_DIR_PREFIX):].partition("-") if name.startswith(_DIR_PREFIX) else ("", "", "")
-        if not sep or not pid.isdigit() or int(pid) == os.getpid() or os.path.exists(f"/proc/{pid}"):
-            continue
-        path = os.path.join(base, name)
-        if os.path.isdir(path) and not os.path.islink(path):
-            _remove_tree(path)
-
-
-def _remove_tree(path: str) -> None:
-    """Remove a directory tree even if a program made parts of it unreadable."""
-
-    def fix(func: Any, p: str, _exc: Any) -> None:
-        try:
-            os.chmod(os.path.dirname(p), 0o700)
-            os.chmod(p, 0o700)
-            func(p)
-        except OSError:
-            pass
-
-    shutil.rmtree(path, onerror=fix)
+    sweep_stale(_DIR_PREFIX)
