@@ -252,7 +252,7 @@ def test_an_engines_life_leaves_nothing_in_the_temp_dir(policy, tokenizer):
         during = ours(os.listdir(tempfile.gettempdir())) - before
         assert [n for n in during if n.startswith(IPC_PREFIX)], during  # the sockets' directory exists meanwhile
         assert not [n for n in during if uuid.match(n)], during  # and no socket lands in the temp dir itself
-        groups = eng.generate([tokenizer.encode("12+34=")], SamplingParams(n=1, max_tokens=4, seed=0))
+        groups = eng.generate([tokenizer.encode("12+34=")], SamplingParams(n=1, max_new_tokens=4))
         assert groups
     finally:
         eng.shutdown()
