@@ -38,7 +38,8 @@ class AgentConfig(BaseModel):
     tool_error_penalty: float = Field(0.0, ge=0, description="Per failed tool call, subtracted from env_reward.")
     turn_penalty: float = Field(0.0, ge=0, description="Per model turn, subtracted from env_reward.")
     turn_budget: str | None = Field(None, description="A TURN_BUDGETS schedule: max turns as a function of the step.")
-    turn_budget_params: dict[str, Any] = Field(default_factory=dict)
+    turn_budget_params: dict[str, Any] = Field(default_factory=dict, description="Parameters of the turn budget "
+                                               "(e.g. start, increment, every for scaling_inter_rl).")
     harness: str | None = Field(None, description="rollout.mode=openai_server: an agent function `module:function` "
                                 "or `path/to/file.py:function`, called once per episode with base_url, api_key, "
                                 "model and the task record; it returns a reward, or None for the task's verifier.")

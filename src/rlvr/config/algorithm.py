@@ -25,9 +25,10 @@ class CriticConfig(Strict):
 class AlgorithmConfig(Strict):
     advantage: ComponentSpec = Field(default_factory=lambda: ComponentSpec(name="grpo"))
     loss: ComponentSpec = Field(default_factory=lambda: ComponentSpec(name="ppo_clip"))
-    loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm"] = (
-        "token_mean"
-    )
+    loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm"] = Field(
+        "token_mean", description="How token losses become one number: token_mean (over all tokens), "
+        "seq_mean_token_mean (per response, then over responses: GRPO as published), seq_mean_token_sum, "
+        "seq_mean_token_sum_norm (sum / a constant length: Dr.GRPO); docs/algorithms.md.")
     loss_agg_length: int | None = Field(
         None, ge=1, description="seq_mean_token_sum_norm's constant length (Dr.GRPO); default rollout.max_new_tokens."
     )

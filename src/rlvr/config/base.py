@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationInfo, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
 
 class Strict(BaseModel):
@@ -22,7 +22,8 @@ class ComponentSpec(BaseModel):
     Every config section that selects a registered component uses it."""
 
     model_config = ConfigDict(extra="allow")
-    name: str
+    name: str = Field(description="The registered component's name; its parameters are the other keys "
+                      "(docs/reference/components.md).")
 
     @model_validator(mode="before")
     @classmethod

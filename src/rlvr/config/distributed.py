@@ -25,7 +25,7 @@ class DistributedConfig(Strict):
         "a lost node to come back) before the run stops with an error naming the knob; model loading is not "
         "bounded.")
     rollout_workers: int = Field(2, ge=1, description="Rollout engine replicas (Ray actors).")
-    cpus_per_rollout_worker: float = Field(1.0, gt=0)
+    cpus_per_rollout_worker: float = Field(1.0, gt=0, description="CPUs Ray reserves for each rollout worker.")
     rollout_worker_resources: dict[str, float] = Field(
         default_factory=dict, description="Custom Ray resources each rollout worker asks for, e.g. "
         "{gpu_node: 1} pins it to the nodes started with `ray start --resources '{\"gpu_node\": 8}'`.")
@@ -36,26 +36,26 @@ class DistributedConfig(Strict):
         "broadcast over a process group of the controller and the workers (gloo; NCCL on GPUs).")
     reward_workers: int = Field(0, ge=0, description="Ray actors that run the correctness verifier (each with "
                                 "its own process pool); 0: the controller's pool.")
-    cpus_per_reward_worker: float = Field(1.0, gt=0)
+    cpus_per_reward_worker: float = Field(1.0, gt=0, description="CPUs Ray reserves for each reward worker.")
     reward_worker_resources: dict[str, float] = Field(default_factory=dict, description="Custom Ray "
                                                       "resources each reward worker asks for (pins it to nodes).")
     reference_worker: bool = Field(False, description="Run the frozen reference model (KL terms) in its own Ray "
                                    "actor instead of beside the learner.")
-    cpus_per_reference_worker: float = Field(1.0, gt=0)
+    cpus_per_reference_worker: float = Field(1.0, gt=0, description="CPUs Ray reserves for each reference worker.")
     reference_worker_resources: dict[str, float] = Field(default_factory=dict, description="Custom Ray "
                                                          "resources the reference worker asks for.")
     gpus_per_reference_worker: float = Field(0.0, ge=0, description="> 0 puts the reference on a GPU of its own "
                                              "(or a fraction of one).")
     learner_workers: int = Field(0, ge=0, description="Data-parallel learner ranks as Ray actors (one process "
                                  "group; docs/scaling.md); 0: the learner runs in the controller.")
-    cpus_per_learner_worker: float = Field(1.0, gt=0)
+    cpus_per_learner_worker: float = Field(1.0, gt=0, description="CPUs Ray reserves for each learner worker.")
     learner_worker_resources: dict[str, float] = Field(default_factory=dict, description="Custom Ray "
                                                        "resources each learner rank asks for.")
     gpus_per_learner_worker: float = Field(0.0, ge=0, description="> 0 puts each learner rank on a GPU of its "
                                            "own (NCCL between ranks), or a fraction of one.")
     reward_model_worker: bool = Field(False, description="coevolve.mode=co_evolve: train and score the reward model "
                                       "in its own Ray actor instead of in the controller (docs/reward-models.md).")
-    cpus_per_reward_model_worker: float = Field(1.0, gt=0)
+    cpus_per_reward_model_worker: float = Field(1.0, gt=0, description="CPUs Ray reserves for each reward model worker.")
     gpus_per_reward_model_worker: float = Field(0.0, ge=0, description="> 0 puts the co-evolving reward model on "
                                                 "a GPU of its own (or a fraction of one).")
     mode: Literal["sync", "async"] = Field("sync", description="async: workers generate the next batches while "

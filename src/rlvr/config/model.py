@@ -41,8 +41,8 @@ class ModelConfig(Strict):
     chat_template: Literal["auto", "on", "off"] = Field(
         "auto", description="auto: use the tokenizer's chat template when it has one."
     )
-    trust_remote_code: bool = False
-    gradient_checkpointing: bool = False
+    trust_remote_code: bool = Field(False, description="Let transformers run the checkpoint's own model code.")
+    gradient_checkpointing: bool = Field(False, description="Recompute activations in the backward pass: less memory, more time.")
     lora: LoraSpec | None = Field(None, description="Train LoRA adapters instead of all weights.")
     freeze_vision_tower: bool = Field(True, description="Vision-language models: keep the vision tower's weights "
                                       "fixed (the projector and the language model train).")

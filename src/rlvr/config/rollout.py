@@ -16,10 +16,10 @@ class RolloutConfig(Strict):
     engine_options: dict[str, Any] = Field(default_factory=dict, description="The engine's own options, e.g. "
                                            "fast: {compile: true}.")
     n: int = Field(8, ge=1, description="Samples per prompt (the group size).")
-    temperature: float = Field(1.0, gt=0)
-    top_p: float = Field(1.0, gt=0, le=1)
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature of the rollouts.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling: keep the smallest set of tokens with this mass.")
     top_k: int = Field(0, ge=0, description="0 disables top-k.")
-    max_new_tokens: int = Field(256, ge=1)
+    max_new_tokens: int = Field(256, ge=1, description="The longest response, in tokens (a longer one is cut: truncated).")
     stop: list[str] = Field(default_factory=list, description="Stop strings; the match is kept.")
     batch_size: int = Field(256, ge=1, description="Sequences per generate call (a memory knob).")
     mode: Literal["engine", "openai_server"] = Field(

@@ -14,7 +14,7 @@ from rlvr.config.base import Strict
 class RunConfig(Strict):
     name: str | None = Field(None, description="Run name; default: the recipe's file name.")
     dir: Path | None = Field(None, description="Run directory; default: <output_dir>/<name>-<timestamp>.")
-    output_dir: Path = Path("runs")
+    output_dir: Path = Field(Path("runs"), description="Where run.dir is made when it is not given.")
     seed: int = Field(0, ge=0, description="Seeds every random choice: data order, sampling, init.")
     threads: Annotated[int, Field(ge=1)] | Literal["auto"] | None = Field(
         None, description="torch CPU threads of this process. None: torch's default (OMP_NUM_THREADS, else one "

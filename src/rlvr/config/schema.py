@@ -20,12 +20,13 @@ from rlvr.config.train import OptimConfig, TrainConfig
 
 
 class RewardSpec(ComponentSpec):
-    weight: float = 1.0
-    gate: str | None = None  # count this term only when reward `gate` >= gate_threshold (G-RA)
-    gate_threshold: float = 1.0
+    weight: float = Field(1.0, description="This term's weight in the sample's reward.")
+    gate: str | None = Field(None, description="Count this term only when reward `gate` >= gate_threshold (G-RA).")
+    gate_threshold: float = Field(1.0, description="The gate's threshold.")
     # a step reward (rlvr.rewards.process) whose per-step scores feed only the token-level advantage
     # (e.g. process_grpo): its scalar value is logged but not added to the sample's reward
-    process_only: bool = False
+    process_only: bool = Field(False, description="A step reward that feeds only the token-level advantage; its "
+                               "scalar is logged, not added to the reward.")
 
 
 class Config(Strict):

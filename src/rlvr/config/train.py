@@ -10,13 +10,13 @@ from rlvr.config.base import Strict
 
 
 class OptimConfig(Strict):
-    lr: float = Field(1e-6, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = Field(1e-8, gt=0)
+    lr: float = Field(1e-6, gt=0, description="AdamW learning rate (the peak, after warmup).")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW decoupled weight decay.")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW's moment decay rates.")
+    eps: float = Field(1e-8, gt=0, description="AdamW's epsilon.")
     warmup_steps: int = Field(0, ge=0, description="Linear warm-up, in optimizer steps.")
-    schedule: Literal["constant", "cosine", "linear"] = "constant"
-    min_lr_ratio: float = Field(0.0, ge=0, le=1)
+    schedule: Literal["constant", "cosine", "linear"] = Field("constant", description="Learning-rate schedule after warmup.")
+    min_lr_ratio: float = Field(0.0, ge=0, le=1, description="The schedule's final lr as a share of optim.lr.")
     grad_clip: float | None = Field(1.0, gt=0, description="Max global grad norm; null disables.")
     fused: bool = Field(True, description="torch's fused AdamW kernel (one pass per tensor) where the device "
                         "supports it; about 6x faster optimizer steps on a 0.5B model on CPU (make bench).")
@@ -32,7 +32,7 @@ class TrainConfig(Strict):
         None, gt=0, description="Also stop after this many seconds of training in this invocation (a wall-time "
         "budget; the step in progress finishes, then the run ends normally)."
     )
-    prompts_per_step: int = Field(16, ge=1)
+    prompts_per_step: int = Field(16, ge=1, description="Prompts sampled per RL step (each gets rollout.n answers).")
     ppo_epochs: int = Field(1, ge=1, description="Passes over each rollout batch.")
     mini_batches: int = Field(1, ge=1, description="Optimizer steps per pass.")
     micro_batch_size: int = Field(64, ge=1, description="Sequences per forward/backward (grad accumulation).")
