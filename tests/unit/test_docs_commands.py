@@ -269,6 +269,8 @@ def _doc(fragment: str) -> DocCommand:
 @pytest.mark.parametrize("fragment, extra", [
     ("task.name=reasoning_gym task.dataset=leg_counting", [*TINY, "task.train_size=8", "task.eval_size=4"]),
     ("rlvr eval builtin --n 8 --k 1,8 task.digits=[3,4]", ["--size", "2", "rollout.max_new_tokens=8"]),
+    # the own-model tutorial's CPU check: the user's data, the example reward, the GPU recipe on builtin
+    ("run.dir=runs/own-model-smoke", ["train.steps=1", "eval.before=false"]),
 ])
 def test_cheap_documented_commands_run(fragment: str, extra: list[str], tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(ROOT)
