@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
+
+from script_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _gen():
-    spec = importlib.util.spec_from_file_location("gen_reference", ROOT / "scripts" / "gen_reference.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gen_reference"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("gen_reference")
 
 
 def test_the_committed_references_are_what_the_code_gives():

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
-import sys
-from pathlib import Path
 
 import pytest
+from script_loader import load_script
 
 from rlvr.tasks.base import LazySplit
 from rlvr.tasks.countdown import (
@@ -16,7 +14,6 @@ from rlvr.tasks.countdown import (
 from rlvr.tasks.heldout import held_out_score, is_held_out
 from rlvr.types import TaskRecord
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_score_is_a_fixed_keyed_hash_of_the_canonical_form():
@@ -82,18 +79,10 @@ def test_lazy_split_skips_held_out_records():
     assert [r.question for r in split] == [f"q{i}-1" for i in range(5)]
 
 
-def _overlap_module():
-    spec = importlib.util.spec_from_file_location("heldout_overlap", ROOT / "scripts" / "heldout_overlap.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["heldout_overlap"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_no_built_in_model_was_built_from_a_held_out_problem():
     """The sources each build script draws from, against the held-out split of every task variant its model
     is evaluated on (scripts/heldout_overlap.py; the full counts are in docs/models.md)."""
-    rows = _overlap_module().overlap_rows(limit=1500)
+    rows = load_script("heldout_overlap").overlap_rows(limit=1500)
     assert {r["model"].split(" ")[0] for r in rows} >= {"builtin", "builtin-teacher", "builtin-lab",
                                                         "builtin-lab-teacher", "builtin-vl", "tool"}
     assert [r for r in rows if r["overlap"]] == []
