@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import importlib.util
 import json
 import os
 import re
@@ -73,6 +72,11 @@ class Part:
     needs: list[tuple[str, str]] = field(default_factory=list)
 
 
+BENCH = 'pip install -e ".[bench]" (on the GPU machine: the wheels in .whl/, make gpu-wheels)'
+TEST = 'pip install -e ".[test]" (on the GPU machine: the wheels in .whl/, make gpu-wheels)'
+PYTEST_NEEDS = [("pytest", TEST), ("pytest_timeout", TEST)]  # --timeout is pytest-timeout's
+
+
 def _pytest(select: str, limit: int) -> list[str]:
     # -v: one line per finished test, read back when a part is killed before pytest writes its JUnit XML
     return [PY, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-o", "addopts=", "-rA",
@@ -90,9 +94,9 @@ def plan() -> list[Part]:
     return [
         Part("env", [PY, "scripts/gpu/parts.py", "env"], 30, needs_cuda=False, min_s=10),
         Part("cuda_tests", _pytest("not grpo_30 and not torchrun", 180), 180, junit=True,
-             rehearsal=_pytest(DRY_TESTS, 120), rehearsal_env={"RLVR_GPU_TESTS_DEVICE": "cpu"}),
-        Part("grpo_30", _pytest("grpo_30", 90), 90, junit=True),
-        Part("torchrun", _pytest("torchrun", 70), 70, junit=True),
+             rehearsal=_pytest(DRY_TESTS, 120), rehearsal_env={"RLVR_GPU_TESTS_DEVICE": "cpu"}, needs=PYTEST_NEEDS),
+        Part("grpo_30", _pytest("grpo_30", 90), 90, junit=True, needs=PYTEST_NEEDS),
+        Part("torchrun", _pytest("torchrun", 70), 70, junit=True, needs=PYTEST_NEEDS),
         Part("shape_0.5b", [PY, "scripts/gpu/parts.py", "shape", "--args", json.dumps(shape_05)], 90, min_s=60,
              rehearsal=[PY, "scripts/gpu/parts.py", "shape", "--args", json.dumps(toy_shape)]),
         Part("rlvr_grpo_0.5b", [*worker, "rlvr_train", "--args",
@@ -102,7 +106,7 @@ def plan() -> list[Part]:
         Part("trl_grpo_0.5b", [*worker, "trl_train", "--args",
                                json.dumps({**EQUAL_WORK, "device": "cuda", "dtype": "bfloat16"})], 90, min_s=60,
              rehearsal=[*worker, "trl_train", "--args", json.dumps(TOY_WORK)],
-             needs=[("trl", 'pip install -e ".[bench]" (on the GPU machine: the wheels in .whl/, make gpu-wheels)')]),
+             needs=[("trl", BENCH), ("datasets", BENCH)]),
         Part("shape_1.5b", [PY, "scripts/gpu/parts.py", "shape", "--args",
                             json.dumps({**shape_05, "shape": "1.5b"})], 90, min_s=70),
     ]
@@ -225,6 +229,30 @@ def write(report: dict[str, Any], out: Path) -> None:
     tmp.replace(out / "gpu_check.json")
 
 
+_FIND_SPECS = ("import importlib.util, sys; "
+               "print(' '.join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))")
+
+
+def missing_packages(part: Part, dry_run: bool) -> list[tuple[str, str, str]]:
+    """The part's optional packages that the interpreter which will run it cannot import, each with its install
+    command and that interpreter; asked before the part runs, in the environment it will run in."""
+    if not part.needs:
+        return []
+    rehearse = dry_run and part.rehearsal is not None
+    command = part.rehearsal if rehearse else part.command
+    env = {**os.environ, **part.env, **(part.rehearsal_env if rehearse else {})}
+    modules = [m for m, _ in part.needs]
+    try:
+        proc = subprocess.run([command[0], "-c", _FIND_SPECS, *modules], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return []  # the interpreter does not even start: the part runs and reports that as its failure
+    if proc.returncode != 0:
+        return []
+    absent = set(proc.stdout.split())
+    return [(m, how, command[0]) for m, how in part.needs if m in absent]
+
+
 def run_check(parts: list[Part], out: Path, budget_s: float, dry_run: bool) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
@@ -233,13 +261,13 @@ def run_check(parts: list[Part], out: Path, budget_s: float, dry_run: bool) -> d
     with open(out / "gpu_check.log", "a") as log, tempfile.TemporaryDirectory(prefix="rlvr-gpu-check-") as tmp:
         for part in parts:
             left = budget_s - (time.perf_counter() - start)
-            missing = [(m, how) for m, how in part.needs if importlib.util.find_spec(m) is None]
+            missing = missing_packages(part, dry_run)
             if missing:
                 report["parts"][part.name] = {
                     "status": "skipped", "needs_cuda": part.needs_cuda, "command": shlex.join(part.command),
                     "limit_s": part.limit_s,
-                    "reason": "; ".join(f"needs the optional package '{m}', which {PY} cannot import: {how}"
-                                        for m, how in missing)}
+                    "reason": "; ".join(f"needs the optional package '{m}', which {interpreter} cannot import: {how}"
+                                        for m, how, interpreter in missing)}
             elif dry_run and part.needs_cuda and part.rehearsal is None:
                 report["parts"][part.name] = {"status": "skipped", "needs_cuda": True,
                                               "command": shlex.join(part.command), "limit_s": part.limit_s,

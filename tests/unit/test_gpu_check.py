@@ -93,9 +93,35 @@ def test_a_part_whose_optional_package_is_missing_is_skipped_with_the_install_co
     assert 'pip install -e ".[bench]"' in skipped["reason"]
     assert report["parts"]["after"]["status"] == "ok"
     assert report["summary"]["failed"] == [] and "needs_nothing_there" in report["summary"]["skipped"]
-    # the shipped TRL part declares its package
-    trl = next(p for p in check.plan() if p.name == "trl_grpo_0.5b")
-    assert [m for m, _ in trl.needs] == ["trl"]
+    # the shipped parts declare their optional packages
+    needs = {p.name: [m for m, _ in p.needs] for p in check.plan()}
+    assert needs["trl_grpo_0.5b"] == ["trl", "datasets"]
+    assert needs["cuda_tests"] == needs["grpo_30"] == needs["torchrun"] == ["pytest", "pytest_timeout"]
+
+
+def test_the_optional_packages_are_looked_for_in_the_environment_the_part_runs_in(tmp_path):
+    """A module this process cannot import but the part's environment can: the part runs; without that
+    environment it is skipped. A module that imports nothing is only looked up, never imported."""
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "rlvr_probe_only_there.py").write_text("raise SystemExit('imported')\n")
+    needs = [("rlvr_probe_only_there", "pip install rlvr-probe")]
+    there = check.Part("there", [PY, "-c", "pass"], 30, needs_cuda=False, needs=needs,
+                       env={"PYTHONPATH": str(tmp_path / "lib")})
+    rehearsed_there = check.Part("rehearsed_there", [PY, "-c", "raise SystemExit(5)"], 30, needs_cuda=False,
+                                 needs=needs, rehearsal=[PY, "-c", "pass"],
+                                 rehearsal_env={"PYTHONPATH": str(tmp_path / "lib")})
+    not_there = check.Part("not_there", [PY, "-c", "pass"], 30, needs_cuda=False, needs=needs)
+    assert check.missing_packages(there, dry_run=False) == []
+    assert check.missing_packages(rehearsed_there, dry_run=True) == []
+    assert check.missing_packages(rehearsed_there, dry_run=False) == [("rlvr_probe_only_there",
+                                                                       "pip install rlvr-probe", PY)]
+    report = check.run_check([there, not_there], tmp_path / "out", budget_s=60, dry_run=False)
+    assert report["parts"]["there"]["status"] == "ok"
+    assert report["parts"]["not_there"]["status"] == "skipped"
+    assert "pip install rlvr-probe" in report["parts"]["not_there"]["reason"]
+    # an interpreter that does not start: the part runs and its failure is reported, not skipped
+    broken = check.Part("broken", [str(tmp_path / "no-python"), "-c", "pass"], 30, needs_cuda=False, needs=needs)
+    assert check.missing_packages(broken, dry_run=False) == []
 
 
 def test_junit_outcomes_and_the_summary_of_equal_work(tmp_path):

@@ -37,7 +37,7 @@ import logging
 import math
 import os
 import shutil
-import tempfile
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -50,7 +50,9 @@ from rlvr.tasks.images import RAW_IMAGES
 from rlvr.tempdirs import owned_tempdir, remove_tree, sweep_stale
 from rlvr.types import Sample
 
-IPC_PREFIX = "rlvr-vllm-ipc-"
+IPC_PREFIX = "rlvr-vllm-ipc-"  # `<prefix><owner pid>-*` in the temp dir: vLLM's sockets
+WEIGHTS_PREFIX = "rlvr-vllm-weights-"  # in shared memory: the weights of a sync
+VIEW_PREFIX = "rlvr-vllm-model-"  # in the temp dir: a checkpoint renamed for vLLM (vision models)
 
 log = logging.getLogger("rlvr")
 
@@ -218,6 +220,11 @@ class VLLMEngine(RolloutEngine):
         self._view = vllm_checkpoint_view(Path(path))  # None: vLLM reads the checkpoint as it is
         load_from = str(self._view or path)
         self._use_private_ipc_dir()
+        tmpdir_before = os.environ.get("TMPDIR")
+        # vLLM's engine process, started here, keeps its other files (e.g. `vllm_dist_<hex>`, the rendezvous file of
+        # its process group) in its temp dir: the same private directory, set for the start only (the processes rlvr
+        # starts later keep the usual temp dir)
+        os.environ["TMPDIR"] = self._ipc_dir
         try:
             self.llm = vllm.LLM(
                 model=load_from, tokenizer=str(path), dtype=dtype, max_model_len=max_model_len,
@@ -228,11 +235,20 @@ class VLLMEngine(RolloutEngine):
             )
         except Exception as err:
             self._release_ipc_dir()
+            if self._view is not None:
+                shutil.rmtree(self._view, ignore_errors=True)
             raise _config_error(_start_failure(err, kv_cache_gb, self.on_cpu)) from err
+        finally:
+            if tmpdir_before is None:
+                os.environ.pop("TMPDIR", None)
+            else:
+                os.environ["TMPDIR"] = tmpdir_before
         self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
         self._vllm = vllm
         self._asleep = False
-        self._shm = Path(tempfile.mkdtemp(prefix="rlvr-vllm-weights-", dir=_shared_memory_dir()))
+        sweep_stale(WEIGHTS_PREFIX, base=_shared_memory_dir())  # weights left in shared memory by a killed run
+        self._shm = Path(owned_tempdir(WEIGHTS_PREFIX, base=_shared_memory_dir()))
+        self._shm_finalizer = weakref.finalize(self, _remove_own_dir, str(self._shm), os.getpid())
         log.info("vLLM engine: %s, dtype %s, max_model_len %d", "CPU" if self.on_cpu else current_platform.device_name,
                  dtype, self.max_model_len)
 
@@ -340,7 +356,8 @@ class VLLMEngine(RolloutEngine):
             if core is not None:
                 core.shutdown()
             self.llm = None
-        shutil.rmtree(getattr(self, "_shm", ""), ignore_errors=True)
+        if getattr(self, "_shm_finalizer", None) is not None:
+            self._shm_finalizer()  # removes the weights' directory, once
         if getattr(self, "_view", None) is not None:
             shutil.rmtree(self._view, ignore_errors=True)
         self._release_ipc_dir()
@@ -350,9 +367,11 @@ class VLLMEngine(RolloutEngine):
     def _use_private_ipc_dir(self) -> None:
         """vLLM's processes talk over Unix sockets named `<VLLM_RPC_BASE_PATH>/<uuid>` (the temp dir by default)
         and leave them behind. They go in a directory this engine owns (`rlvr-vllm-ipc-<pid>-*`), removed on
-        shutdown; one left by a killed run is swept by the next engine (rlvr.tempdirs)."""
+        shutdown or, failing that, at the interpreter's exit; one left by a killed run (SIGKILL) is swept by the next
+        engine (rlvr.tempdirs)."""
         sweep_stale(IPC_PREFIX)
         self._ipc_dir = owned_tempdir(IPC_PREFIX)
+        self._ipc_finalizer = weakref.finalize(self, _remove_own_dir, self._ipc_dir, os.getpid())
         self._ipc_before = os.environ.get("VLLM_RPC_BASE_PATH")
         os.environ["VLLM_RPC_BASE_PATH"] = self._ipc_dir  # inherited by the engine's processes
         try:
@@ -367,11 +386,12 @@ class VLLMEngine(RolloutEngine):
         if ipc is None:
             return
         if os.environ.get("VLLM_RPC_BASE_PATH") == ipc:
-            if self._ipc_before is None:
-                os.environ.pop("VLLM_RPC_BASE_PATH", None)
+            before = self._ipc_before
+            if before is None or (os.path.basename(before).startswith(IPC_PREFIX) and not os.path.isdir(before)):
+                os.environ.pop("VLLM_RPC_BASE_PATH", None)  # none before, or an engine's that closed meanwhile
             else:
-                os.environ["VLLM_RPC_BASE_PATH"] = self._ipc_before
-        remove_tree(ipc)
+                os.environ["VLLM_RPC_BASE_PATH"] = before
+        self._ipc_finalizer()  # removes the directory, once
         self._ipc_dir = None
 
 
@@ -435,7 +455,8 @@ def vllm_checkpoint_view(path: Path) -> Path | None:
 
     if not any(needs(f) for f in files):
         return None
-    view = Path(tempfile.mkdtemp(prefix="rlvr-vllm-model-"))
+    sweep_stale(VIEW_PREFIX)  # views left by killed runs
+    view = Path(owned_tempdir(VIEW_PREFIX))
     for item in path.iterdir():
         if item.suffix == ".safetensors" or item.name == "model.safetensors.index.json":
             continue
@@ -469,6 +490,13 @@ def _unique_tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         seen.add(ptr)
         unique[name] = tensor.detach().contiguous().cpu()
     return unique
+
+
+def _remove_own_dir(path: str, owner: int) -> None:
+    """Remove one of the engine's directories, in the process that made it only (not in a forked child that exits
+    through the interpreter's exit functions)."""
+    if os.getpid() == owner:
+        remove_tree(path)
 
 
 def _shared_memory_dir() -> str | None:
