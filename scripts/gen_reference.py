@@ -157,6 +157,8 @@ def components_page() -> str:
         lines += ["", f"## `{key}` ({reg.kind})", ""]
         for name in sorted(reg.names()):
             obj = reg.get(name)
+            if not getattr(obj, "__module__", "").startswith("rlvr."):
+                continue  # a plugin registered in this process (e.g. by a test), not a shipped component
             lines += [f"### `{name}`", "", _cell(_summary(obj)) or "(no description)", ""]
             params = reg.params_model(name).model_fields
             if params:
