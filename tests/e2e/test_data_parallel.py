@@ -69,7 +69,7 @@ def test_torchrun_trains_with_two_ranks(tmp_path):
          str(ROOT / "recipes" / "grpo.yaml"), f"run.dir={run_dir}", "train.steps=2", "train.prompts_per_step=4",
          "rollout.n=4", "rollout.max_new_tokens=48", "eval.before=false", "eval.after=false",
          "logging.progress=false", "checkpoint.every=0", "train.mini_batches=1"],
-        cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600)
+        cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path)}, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 2  # rank 0 logs once per step

@@ -117,7 +117,7 @@ def test_torchrun_fsdp2_trains_checkpoints_and_resumes(tmp_path):
 
     def launch(*args: str) -> None:
         proc = subprocess.run(
-            [str(torchrun), "--nproc_per_node=2", "--master_port", str(free_port()), "-m", "rlvr", "train", *args], cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
+            [str(torchrun), "--nproc_per_node=2", "--master_port", str(free_port()), "-m", "rlvr", "train", *args], cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path)}, capture_output=True,
             text=True, timeout=600)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
