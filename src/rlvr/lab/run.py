@@ -87,8 +87,9 @@ def run_finding(finding: Finding, out: Path, *, jobs: int = 1, method: Method = 
                           f"min_effect; {power['seeds_for_80']} would give 80%[/yellow]")
     premise = None
     if premise_runs:
-        own = [r for r in premise_runs.values() if r.run_dir.is_relative_to(out / "premise")]
-        arm_first = [r for r in premise_runs.values() if r not in own]
+        distinct = list({r.run_dir: r for r in premise_runs.values()}.values())  # two checks may share a run
+        own = [r for r in distinct if r.run_dir.is_relative_to(out / "premise")]
+        arm_first = [r for r in distinct if r not in own]
         premise_failed = run_sweep(own, out / "premise", jobs, summarize=False)["failed"] if own else []
         if arm_first:
             premise_failed += run_sweep(arm_first, out, jobs, summarize=False)["failed"]
