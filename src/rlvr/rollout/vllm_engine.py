@@ -361,6 +361,11 @@ class VLLMEngine(RolloutEngine):
         if getattr(self, "_view", None) is not None:
             shutil.rmtree(self._view, ignore_errors=True)
         self._release_ipc_dir()
+        # what an engine killed meanwhile left (e.g. a Ray worker killed mid-run, whose replacement started while
+        # it was still alive): its owner is gone now
+        sweep_stale(IPC_PREFIX)
+        sweep_stale(VIEW_PREFIX)
+        sweep_stale(WEIGHTS_PREFIX, base=_shared_memory_dir())
 
     # -- vLLM's IPC sockets ------------------------------------------------------------------------------------
 
