@@ -4,6 +4,7 @@ removed by their owner when it closes them, and swept by the next owner when the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -39,11 +40,9 @@ def remove_tree(path: str) -> None:
     """Remove a directory tree even if a program made parts of it unreadable."""
 
     def fix(func: Any, p: str, _exc: Any) -> None:
-        try:
+        with contextlib.suppress(OSError):  # what stays unremovable is left; the caller cannot do better
             os.chmod(os.path.dirname(p), 0o700)
             os.chmod(p, 0o700)
             func(p)
-        except OSError:
-            pass
 
     shutil.rmtree(path, onerror=fix)

@@ -13,8 +13,9 @@ from rlvr.config import ConfigError
 from rlvr.lab.finding import load_finding
 from rlvr.lab.plots import forest_rows, plot_forest
 from rlvr.lab.premise import measure_premise, plan_premise
+from rlvr.lab.stats import equivalence_power, seeds_for_equivalence
 from rlvr.lab.run import (
-    check_same_definition, earlier_analyses, equivalence_power, finding_overrides, plan_finding, power_report,
+    check_same_definition, earlier_analyses, finding_overrides, plan_finding, power_report,
     run_finding,
 )
 from rlvr.lab.work import work_issues
@@ -131,6 +132,8 @@ def test_power_is_stated_from_the_declared_spread(tmp_path):
     expected = 2 * norm.cdf(2 * math.sqrt(20) - t.ppf(0.975, 19)) - 1
     assert equivalence_power(20, 1.0, 2.0) == pytest.approx(expected)
     assert equivalence_power(1, 1.0, 2.0) == 0.0
+    need = seeds_for_equivalence(1.0, 0.5)
+    assert equivalence_power(need, 1.0, 0.5) >= 0.8 > equivalence_power(need - 1, 1.0, 0.5)
 
 
 def test_an_out_made_with_other_recipe_contents_is_refused(tmp_path):

@@ -23,7 +23,10 @@ from rlvr.lab.finding import LAB_COMMON, PREPARE_REF, Finding, dump_finding, res
 from rlvr.lab.metrics import is_rate, run_metric
 from rlvr.lab.plots import plot_forest, plot_results
 from rlvr.lab.premise import measure_premise, plan_premise, premise_line
-from rlvr.lab.stats import Method, difference_interval, mean_interval, paired_power, seeds_for_power, t_quantile, verdict
+from rlvr.lab.stats import (
+    Method, difference_interval, equivalence_power, mean_interval, paired_power, seeds_for_equivalence,
+    seeds_for_power, t_quantile, verdict,
+)
 from rlvr.lab.work import arm_work, work_issues, work_summary
 from rlvr.runtime import console
 from rlvr.trainer.sweep import PlannedArm, SweepRun, plan_runs, run_sweep
@@ -155,26 +158,12 @@ def power_report(finding: Finding) -> dict[str, Any] | None:
         return None
     sd, m, n = finding.spread.sd, finding.min_effect, finding.seeds
     if finding.direction == "equal":
-        power, need = equivalence_power(n, sd, m), None
-        for k in range(2, 1001):
-            if equivalence_power(k, sd, m) >= 0.8:
-                need = k
-                break
+        power, need = equivalence_power(n, sd, m), seeds_for_equivalence(sd, m)
     else:
         power, need = paired_power(n, sd, m), seeds_for_power(sd, m)
     return {"sd": sd, "source": finding.spread.source, "seeds": n, "power": power, "seeds_for_80": need,
             "line": f"power at min_effect {m:g} with {n} seeds: {power:.0%} (per-seed sd {sd:.3g}, "
                     f"{finding.spread.source}); seeds for 80%: {need if need else '> 1000'}"}
-
-
-def equivalence_power(n: int, sd: float, band: float) -> float:
-    """The chance that a paired t interval over n seeds lies inside ±band when the true effect is 0 (the mean
-    taken as normal with sd/√n and s as sd: 2Φ(band·√n/sd − t(0.975, n − 1)) − 1, at least 0)."""
-    from scipy.stats import norm
-
-    if n < 2:
-        return 0.0
-    return max(0.0, 2.0 * float(norm.cdf(band * math.sqrt(n) / sd - t_quantile(0.975, n - 1))) - 1.0)
 
 
 def observed_power(finding: Finding, result: dict[str, Any]) -> dict[str, Any] | None:
@@ -187,7 +176,8 @@ def observed_power(finding: Finding, result: dict[str, Any]) -> dict[str, Any] |
     if sd == 0:
         return {"sd": 0.0, "seeds": n, "power": 1.0, "seeds_for_80": 2}
     if finding.direction == "equal":
-        return {"sd": sd, "seeds": n, "power": equivalence_power(n, sd, finding.min_effect), "seeds_for_80": None}
+        return {"sd": sd, "seeds": n, "power": equivalence_power(n, sd, finding.min_effect),
+                "seeds_for_80": seeds_for_equivalence(sd, finding.min_effect)}
     return {"sd": sd, "seeds": n, "power": paired_power(n, sd, finding.min_effect),
             "seeds_for_80": seeds_for_power(sd, finding.min_effect)}
 

@@ -153,6 +153,22 @@ def paired_power(n: int, sd: float, effect: float, level: float = 0.95) -> float
     return float(sps.nct.sf(crit, n - 1, effect * math.sqrt(n) / sd))
 
 
+def equivalence_power(n: int, sd: float, band: float, level: float = 0.95) -> float:
+    """The chance that a paired t interval over n seeds lies inside ±band when the true effect is 0 (a claim of
+    `equal`), with the mean taken as normal with sd/√n and s as sd: 2Φ(band·√n/sd − t(0.975, n − 1)) − 1, at
+    least 0 (an approximation: it ignores the spread of s)."""
+    if n < 2:
+        return 0.0
+    if sd <= 0:
+        return 1.0
+    return max(0.0, 2.0 * float(sps.norm.cdf(band * math.sqrt(n) / sd - t_quantile(0.5 + level / 2.0, n - 1))) - 1.0)
+
+
+def seeds_for_equivalence(sd: float, band: float, power: float = 0.8, max_n: int = 1000) -> int | None:
+    """The fewest seeds (>= 2) at which `equivalence_power` reaches `power`; None beyond `max_n`."""
+    return next((n for n in range(2, max_n + 1) if equivalence_power(n, sd, band) >= power), None)
+
+
 def seeds_for_power(sd: float, effect: float, power: float = 0.8, level: float = 0.95,
                     max_n: int = 1000) -> int | None:
     """The fewest seeds (>= 2) whose paired t interval excludes 0 with probability `power` at `effect`; None

@@ -32,6 +32,7 @@ docs/scaling.md and `make gpu-check`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -379,12 +380,10 @@ class VLLMEngine(RolloutEngine):
         self._ipc_finalizer = weakref.finalize(self, _remove_own_dir, self._ipc_dir, os.getpid())
         self._ipc_before = os.environ.get("VLLM_RPC_BASE_PATH")
         os.environ["VLLM_RPC_BASE_PATH"] = self._ipc_dir  # inherited by the engine's processes
-        try:
+        with contextlib.suppress(ImportError, AttributeError):  # an older vLLM has no env cache to clear
             from vllm import envs as vllm_envs
 
             vllm_envs.disable_envs_cache()  # an earlier engine in this process may have frozen the old value
-        except (ImportError, AttributeError):
-            pass
 
     def _release_ipc_dir(self) -> None:
         ipc = getattr(self, "_ipc_dir", None)
