@@ -178,8 +178,24 @@ def test_resume_puts_the_checkpoint_weights_into_the_engine(shared_engine, polic
         assert m["rollout/logprob_abs_diff"] < LOGPROB_ATOL, m
 
 
+def _engine_leftovers() -> set[str]:
+    """The vLLM engine's own directories in the temp dir and in shared memory (model view, IPC, weights)."""
+    import os
+    import tempfile
+
+    from rlvr.rollout.vllm_engine import IPC_PREFIX, VIEW_PREFIX, WEIGHTS_PREFIX, _shared_memory_dir
+
+    out = {n for n in os.listdir(tempfile.gettempdir()) if n.startswith((IPC_PREFIX, VIEW_PREFIX))}
+    shm = _shared_memory_dir()
+    if shm and os.path.isdir(shm):
+        out |= {os.path.join(shm, n) for n in os.listdir(shm) if n.startswith(WEIGHTS_PREFIX)}
+    return out
+
+
 def test_a_ray_rollout_worker_with_vllm_trains(tmp_path):
+    """...and its worker's engine is shut down with it: no directory of the engine's is left behind."""
     ray = pytest.importorskip("ray")
+    before = _engine_leftovers()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         run_dir = train(_cfg(tmp_path / "run", "train.steps=3", "train.prompts_per_step=8", "rollout.n=4",
@@ -192,6 +208,7 @@ def test_a_ray_rollout_worker_with_vllm_trains(tmp_path):
     assert len(metrics) == 3 and all(m["grad_norm"] > 0 for m in metrics)
     assert all(m["rollout/logprob_abs_diff"] < LOGPROB_ATOL for m in metrics)  # every update reached the worker
     assert (run_dir / "final" / "model.safetensors").is_file()
+    assert _engine_leftovers() - before == set()
 
 
 def test_multi_turn_episodes_are_token_in_token_out(engine, policy, tokenizer):

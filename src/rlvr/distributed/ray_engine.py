@@ -125,7 +125,7 @@ class RolloutWorker:
                 self.tokenizer = load_tokenizer(tokenizer_path, trust_remote_code=trust_remote_code)
         self.engine = build_engine(engine, engine_options or {}, batch_size, self.model, self.tokenizer)
         if engine != "vllm":
-            self.close()
+            self._drop_model_dir()  # the other engines hold the weights in memory
         self.version = 0
         self.busy_s = 0.0
 
@@ -178,7 +178,12 @@ class RolloutWorker:
         return where_am_i()
 
     def close(self) -> None:
-        """Remove this worker's copy of the model directory (before the actor is killed)."""
+        """Shut the engine down (vLLM's engine process and its temporary directories) and remove this worker's
+        copy of the model directory, before the actor is killed."""
+        self.engine.shutdown()
+        self._drop_model_dir()
+
+    def _drop_model_dir(self) -> None:
         import shutil
 
         if self.model_dir is not None:
