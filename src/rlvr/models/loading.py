@@ -4,7 +4,8 @@
 its tiny vision-language sibling (`rlvr/models/builtin_vl/`, see `rlvr.models.vision`), and `builtin-teacher`
 the built-in model after GRPO training (`rlvr/models/builtin_teacher/`, a teacher for distillation), and
 `builtin-lab` the lab's Countdown model (`rlvr/models/builtin_lab/`, docs/lab.md) with its teacher
-`builtin-lab-teacher` (the lab model after GRPO, `rlvr/models/builtin_lab_teacher/`). Anything else
+`builtin-lab-teacher` (the lab model after GRPO, `rlvr/models/builtin_lab_teacher/`), and `builtin-lab-total`
+the lab's running-total model (`rlvr/models/builtin_lab_total/`). Anything else
 must be a local directory holding a transformers checkpoint (config.json plus weights), e.g. a downloaded
 Qwen2.5-0.5B-Instruct. Nothing is downloaded at run time.
 """
@@ -24,6 +25,7 @@ BUILTIN_VL_DIR = Path(__file__).parent / "builtin_vl"
 BUILTIN_TEACHER_DIR = Path(__file__).parent / "builtin_teacher"
 BUILTIN_LAB_DIR = Path(__file__).parent / "builtin_lab"
 BUILTIN_LAB_TEACHER_DIR = Path(__file__).parent / "builtin_lab_teacher"
+BUILTIN_LAB_TOTAL_DIR = Path(__file__).parent / "builtin_lab_total"
 
 
 class ModelError(ValueError):
@@ -38,6 +40,8 @@ BUILTIN_MODELS = {
     "builtin-lab": (BUILTIN_LAB_DIR, "the lab model", "scripts/build_lab_model.py"),
     "builtin-lab-teacher": (BUILTIN_LAB_TEACHER_DIR, "the lab model's teacher",
                             "scripts/build_lab_model.py --teacher"),
+    "builtin-lab-total": (BUILTIN_LAB_TOTAL_DIR, "the lab's running-total model",
+                          "scripts/build_lab_total_model.py"),
 }
 
 

@@ -10,6 +10,7 @@ from rlvr.tasks import (  # noqa: F401  (registration)
     jsonl,
     preference_judge,
     reasoning_gym,
+    running_total,
     vision,
 )
 from rlvr.tasks.base import (
