@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlvr.eval import mean_pass_at_k, pass_at_k
-from rlvr.eval.evaluate import summarize
+from rlvr.eval.evaluate import length_summary, summarize
 
 
 def brute_force(n: int, c: int, k: int) -> float:
@@ -66,3 +66,14 @@ def test_summary_breakdowns():
     assert out["by_difficulty"]["3"]["pass@k"]["1"] == pytest.approx(0.25)
     assert "by_source" not in out  # a single source is not a breakdown
     assert mean_pass_at_k([], 1) != mean_pass_at_k([], 1)  # NaN for no problems
+
+
+def test_length_summary_by_hand():
+    # lengths 10..100 in steps of 10: p10 = 19, p50 = 55, p90 = 91 (linear interpolation between order stats)
+    lengths = list(range(10, 101, 10))
+    correct = [True] * 4 + [False] * 6
+    s = length_summary(lengths, correct)
+    assert (s["p10"], s["p50"], s["p90"]) == pytest.approx((19.0, 55.0, 91.0))
+    assert s["right_mean"] == pytest.approx(25.0) and s["wrong_mean"] == pytest.approx(75.0)
+    assert length_summary([5, 7], [True, True])["wrong_mean"] is None
+    assert length_summary([], [])["p10"] is None

@@ -8,6 +8,8 @@ import hashlib
 import json
 import logging
 import time
+
+import numpy as np
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -48,6 +50,7 @@ def evaluate(
     verify = RewardFunction([("correctness", 1.0, CorrectnessReward())])
     problems = []
     lengths: list[int] = []
+    length_correct: list[bool] = []
     marker = getattr(task, "answer_after", None)  # a traversal-trained model: count its backtracks
     backtracks: list[tuple[int, bool, bool]] = []  # per sample: markers, final attempt correct, first correct
     started = time.perf_counter()
@@ -60,6 +63,7 @@ def evaluate(
             answers = [s.meta.get("extracted") for s in g.samples]
             flags = [bool(s.correct) for s in g.samples]
             lengths.extend(len(s.response_ids) for s in g.samples)
+            length_correct.extend(flags)
             if marker:
                 backtracks += [_backtrack_record(s.text, bool(s.correct), marker, task, g.record) for s in g.samples]
             problem: dict[str, Any] = {
@@ -96,6 +100,7 @@ def evaluate(
     result = summarize(problems, ks, lengths, extra={
         "n": params.n, "temperature": params.temperature, "max_new_tokens": params.max_new_tokens,
         "seconds": round(time.perf_counter() - started, 2),
+        "length": length_summary(lengths, length_correct),
     })
     if marker:
         result["backtracks"] = summarize_backtracks(backtracks, marker)
@@ -171,6 +176,19 @@ def _mean_rm(problems: list[dict[str, Any]], ks: Sequence[int]) -> dict[str, flo
     if not problems or not all("rm@k" in p for p in problems):
         return None
     return {str(k): sum(p["rm@k"][str(k)] for p in problems) / len(problems) for k in ks}
+
+
+def length_summary(lengths: Sequence[int], correct: Sequence[bool]) -> dict[str, float | None]:
+    """Response lengths (tokens) over every sample: the 10th, 50th and 90th percentiles (linear interpolation)
+    and the mean of right and of wrong samples (None when there are none)."""
+    if not lengths:
+        return {"p10": None, "p50": None, "p90": None, "right_mean": None, "wrong_mean": None}
+    arr = np.asarray(lengths, dtype=float)
+    ok = np.asarray(correct, dtype=bool)
+    p10, p50, p90 = (float(v) for v in np.percentile(arr, [10, 50, 90]))
+    return {"p10": p10, "p50": p50, "p90": p90,
+            "right_mean": float(arr[ok].mean()) if ok.any() else None,
+            "wrong_mean": float(arr[~ok].mean()) if (~ok).any() else None}
 
 
 def summarize(problems: list[dict[str, Any]], ks: Sequence[int], lengths: list[int],
