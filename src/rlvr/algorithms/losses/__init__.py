@@ -13,7 +13,8 @@ One family per module; importing this package imports them all, which registers 
 
 - `clipped.py`: clipped token-level surrogates: ppo_clip (+ clip-higher, dual-clip), dcpo, cpgd
 - `sequence.py`: sequence-level ratio: gspo
-- `entropy.py`: the entropy mechanism: clip_cov, kl_cov (and `token_covariance`)
+- `entropy.py`: the entropy mechanism: clip_cov, kl_cov (and `token_covariance`); entropy_min (entropy
+  minimisation, no reward)
 - `supervised.py`: RLVR as supervised learning: pacs
 - `token_terms.py`: token-level helpers a trainer composes with any loss: `top_entropy_mask` (train only the
   high-entropy minority), `entropy_bonus`, and `truncated_is_weights` (rollout-engine vs learner mismatch)
@@ -25,7 +26,7 @@ The off-policy guidance losses (luffy, sft_mix) are in `rlvr.algorithms.guidance
 from rlvr.algorithms.losses.aggregate import LossAggregation, aggregate_loss, masked_mean
 from rlvr.algorithms.losses.clipped import cpgd_loss, dcpo_loss, dcpo_ratio_bounds, ppo_clip_loss
 from rlvr.algorithms.losses.common import LOSSES
-from rlvr.algorithms.losses.entropy import clip_cov_loss, kl_cov_loss, token_covariance
+from rlvr.algorithms.losses.entropy import clip_cov_loss, entropy_min_loss, kl_cov_loss, token_covariance
 from rlvr.algorithms.losses.sequence import gspo_loss
 from rlvr.algorithms.losses.supervised import pacs_loss
 from rlvr.algorithms.losses.token_terms import entropy_bonus, top_entropy_mask, truncated_is_weights
@@ -39,6 +40,7 @@ __all__ = [
     "dcpo_loss",
     "dcpo_ratio_bounds",
     "entropy_bonus",
+    "entropy_min_loss",
     "gspo_loss",
     "kl_cov_loss",
     "masked_mean",

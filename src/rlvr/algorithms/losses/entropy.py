@@ -127,3 +127,31 @@ def kl_cov_loss(
         selected.view(-1)[order] = True
     loss = torch.where(selected, pg + kl_coef * log_ratio.abs(), pg)
     return loss, {"kl_penalized": selected.to(logprobs.dtype), "cov": cov, "ratio": ratio.detach()}
+
+
+@LOSSES.register("entropy_min")
+def entropy_min_loss(
+    entropy: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    coef: Annotated[float, Field(gt=0.0)] = 1.0,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    r"""Entropy minimisation: lower the policy's token entropy on its own samples; no reward, no advantage.
+
+        L_t = coef * H(pi(. | x, y_<t))          on the sampled (trained) tokens; aggregated by `loss_agg`
+
+    The gradient flows through the full distribution at each position (the entropy is computed from the
+    learner's logits in the forward pass, so it is differentiable), not through the sampled token's log-prob:
+    it sharpens whatever the policy already prefers. Rewards may still be computed and logged (e.g.
+    correctness at weight 0 for the accuracy metric); they do not enter this loss.
+
+    Source: Agarwal et al., "The Unreasonable Effectiveness of Entropy Minimization in LLM Reasoning",
+    arXiv:2505.15134 (EM-FT, eq. 2: token-level entropy on self-generated outputs), and Gao et al., "One-shot
+    Entropy Minimization", arXiv:2505.20282 (the same loss on a single unlabeled prompt).
+
+    This implementation: `entropy` is the learner's per-token entropy at the sampling temperature. The loss
+    never reads advantages, so rows with zero advantage are never skipped.
+
+    Diagnostics: none beyond the learner's own `entropy`.
+    """
+    return coef * entropy * mask, {}
