@@ -348,8 +348,11 @@ def lab(
     interval: Annotated[str, typer.Option(help="t (default) or bootstrap (over seeds).")] = "t",
     run_anyway: Annotated[bool, typer.Option("--run-anyway", help="Run the arms even when the finding's premise is "
                                              "not met (the verdict still says it was not).")] = False,
+    task: Annotated[Optional[str], typer.Option(help="compare: the lab task to compare on (countdown, the "
+                                                "default, or running_total); all: only that task's findings.")
+                    ] = None,
 ) -> None:
-    """Test a claim about an RL method on the lab task and model: arms x seeds, 95% intervals, a verdict.
+    """Test a claim about an RL method on a lab task and its model: arms x seeds, 95% intervals, a verdict.
 
     Writes OUT/lab.md (each arm's mean [95% interval] per metric, the treatment - control effect and the
     verdict: reproduced, not reproduced or inconclusive), lab.json, lab.png and finding.yaml. A finding's premise
@@ -361,7 +364,7 @@ def lab(
     Examples: rlvr lab --list | rlvr lab dr_grpo_length --seeds 5 --first-seed 100 |
     rlvr lab compare my.yaml grpo --seeds 5 | rlvr lab all
     """
-    from rlvr.lab.finding import comparison_finding, list_findings, load_finding
+    from rlvr.lab.finding import LAB_TASKS, comparison_finding, list_findings, load_finding
     from rlvr.lab.run import findings_listing, run_finding, run_suite
     from rlvr.trainer.sweep import available_cores
 
@@ -371,7 +374,7 @@ def lab(
 
             table = Table()
             table.add_column("finding", no_wrap=True, min_width=max(len(n) for n in list_findings()) + 5)
-            for title in ("arms", "budget", "minutes (2 idle cores, 2 runs at a time)",
+            for title in ("task", "arms", "budget", "minutes (2 idle cores, 2 runs at a time)",
                           "premise (measured first)", "power at min_effect"):
                 table.add_column(title, overflow="fold")
             for row in findings_listing(list_findings()):
@@ -386,6 +389,8 @@ def lab(
         if jobs is not None and jobs < 1:
             raise typer.BadParameter(f"--jobs: expected a positive number of runs at a time; got {jobs}")
         jobs = jobs or available_cores()
+        if task is not None and task not in LAB_TASKS:
+            raise typer.BadParameter(f"--task: expected one of {', '.join(LAB_TASKS)}; got '{task}'")
         chosen = [int(s) for s in seed_list.split(",") if s.strip()] if seed_list else None
         compare = words[0] == "compare"
         named = words[3:] if compare else words[1:]
@@ -398,6 +403,7 @@ def lab(
                 raise typer.BadParameter("--steps/--rollout-tokens are for `compare`; each finding's budget is "
                                          "part of its definition (override every finding's as steps=N)")
             suite = [load_finding(name, overrides) for name in list_findings()]
+            suite = [f for f in suite if task is None or f.task == task]
             for finding in suite:
                 _choose_seeds(finding, seeds, first_seed, chosen)
             root = out or Path("runs/lab")
@@ -408,8 +414,12 @@ def lab(
             return
         if compare:
             finding = comparison_finding(words[1], words[2], seeds=seeds or 5, first_seed=first_seed or 0,
-                                         steps=steps or 60, rollout_tokens=rollout_tokens, overrides=overrides)
+                                         steps=steps or 60, rollout_tokens=rollout_tokens, overrides=overrides,
+                                         task=task or "countdown")
         else:
+            if task is not None:
+                raise typer.BadParameter("--task is for `compare` and `all`; a finding names its task (task: in "
+                                         "its YAML)")
             finding = load_finding(words[0], overrides)
             if steps is not None or rollout_tokens is not None:
                 raise typer.BadParameter("--steps/--rollout-tokens are for `compare`; a finding's budget is part "

@@ -690,3 +690,26 @@ def test_target_entropy_controller_hand_computed():
         TargetEntropyController(0.01, 0.5, max_coef=0.005)
     with pytest.raises(ValueError, match="target"):
         TargetEntropyController(0.01, 0.0)
+
+
+def test_entropy_min_is_the_masked_entropy_and_its_gradient_sharpens():
+    from rlvr.algorithms.losses import LOSSES
+
+    loss_fn = LOSSES.get("entropy_min")
+    logits = torch.tensor([[[0.0, 0.0, 0.0], [2.0, 0.0, 0.0]]], requires_grad=True)
+    probs = torch.softmax(logits, dim=-1)
+    entropy = -(probs * torch.log(probs)).sum(-1)  # [1, 2]: ln 3 = 1.0986, then 0.6103 (by hand below)
+    mask = torch.tensor([[1.0, 1.0]])
+    per_token, diag = loss_fn(entropy, mask, coef=0.5)
+    p = torch.tensor([2.0, 0.0, 0.0]).exp() / (2 * 1 + torch.tensor(2.0).exp())
+    by_hand = -(p * p.log()).sum()
+    assert per_token[0, 0].item() == pytest.approx(0.5 * math.log(3), rel=1e-6)
+    assert per_token[0, 1].item() == pytest.approx(0.5 * by_hand.item(), rel=1e-6)
+    assert diag == {}
+    assert loss_fn(entropy, torch.tensor([[1.0, 0.0]]))[0][0, 1].item() == 0.0  # masked tokens carry nothing
+    # a step down its gradient lowers the entropy (the uniform position has zero gradient: a stationary point)
+    per_token.sum().backward()
+    with torch.no_grad():
+        stepped = torch.softmax(logits - 1.0 * logits.grad, dim=-1)[0, 1]
+    assert -(stepped * stepped.log()).sum() < entropy[0, 1].detach()
+    assert torch.allclose(logits.grad[0, 0], torch.zeros(3))

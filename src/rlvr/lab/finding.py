@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import yaml
 from pydantic import Field, model_validator
@@ -33,9 +33,34 @@ from rlvr.config import ConfigError
 from rlvr.config.base import Strict
 
 FINDINGS_DIR = Path(__file__).parent / "findings"
-# What every lab run shares: the lab model on the lab task, evaluated once at the end, quietly.
-LAB_COMMON = ["model.path=builtin-lab", "task={name: countdown}", "rollout.max_new_tokens=64",
-              "eval.before=false", "eval.after=true", "logging.progress=false", "checkpoint.every=0"]
+
+
+class LabTask(NamedTuple):
+    """A lab task: the task, the built-in model that plays it, and the response budget its runs share."""
+    model: str
+    max_new_tokens: int
+    about: str
+
+
+# The lab's tasks (a finding's `task:`). Countdown: many right expressions, the target in the prompt, answers of
+# fixed length (docs/lab.md). Running total: one right number not in the prompt, responses whose length varies
+# (checks, retries, rambling after the answer): the task of the voting, label-free and length findings.
+LAB_TASKS = {
+    "countdown": LabTask("builtin-lab", 64, "reach a target from given numbers; many right expressions"),
+    "running_total": LabTask("builtin-lab-total", 160, "apply operations to a running total; one right number, "
+                             "responses of varying length"),
+}
+
+
+def lab_common(task: str = "countdown") -> list[str]:
+    """What every lab run of `task` shares: its model on it, its response budget, evaluated once at the end,
+    quietly."""
+    spec = LAB_TASKS[task]
+    return [f"model.path={spec.model}", f"task={{name: {task}}}", f"rollout.max_new_tokens={spec.max_new_tokens}",
+            "eval.before=false", "eval.after=true", "logging.progress=false", "checkpoint.every=0"]
+
+
+LabTaskName = Literal["countdown", "running_total"]
 
 
 PREPARE_REF = re.compile(r"\{prepare\.([A-Za-z0-9_-]+)\}")
@@ -45,7 +70,8 @@ class Arm(Strict):
     recipe: str = Field(description="a shipped recipe's name (grpo) or a recipe file")
     overrides: list[str] = Field(default_factory=list, description="the arm's own knob(s), key=value")
     train: bool = Field(True, description="false: evaluate the starting model (no training)")
-    model: str = Field("builtin-lab", description="with train: false, the model to evaluate")
+    model: str | None = Field(None, description="with train: false, the model to evaluate (default: the lab "
+                              "task's model)")
 
 
 class PrepareStep(Strict):
@@ -63,13 +89,14 @@ class PremiseRun(Strict):
     recipe: str | None = Field(None, description="a shipped recipe's name or a recipe file (a run of its own)")
     overrides: list[str] = Field(default_factory=list, description="key=value, after the lab's own")
     train: bool = Field(False, description="false: evaluate `model` (no training)")
-    model: str = Field("builtin-lab", description="with train: false, the model to evaluate")
+    model: str | None = Field(None, description="with train: false, the model to evaluate (default: the lab "
+                              "task's model)")
 
     @model_validator(mode="after")
     def _one(self) -> "PremiseRun":
         if (self.arm is None) == (self.recipe is None):
             raise ValueError("a premise run names either an arm (arm: NAME) or a recipe (recipe: NAME), not both")
-        if self.arm is not None and (self.overrides or self.train or self.model != "builtin-lab"):
+        if self.arm is not None and (self.overrides or self.train or self.model is not None):
             raise ValueError(f"premise run arm: {self.arm}: an arm's run is reused as it is; overrides, train and "
                              "model belong to a run of its own (recipe: ...)")
         return self
@@ -119,6 +146,8 @@ class Finding(Strict):
                          "written before it runs; the earlier one stays in docs/findings.md as history")
     replaces: str = Field("", description="with version > 1: what was wrong with the previous version's design")
     title: str = ""
+    task: LabTaskName = Field("countdown", description="the lab task the finding runs on (rlvr.lab.finding."
+                              "LAB_TASKS): its built-in model and response budget come with it")
     paper: str = Field(description="the seed paper: title, authors, arXiv id")
     claim: str = Field(description="the paper's claim, in one sentence, as this finding tests it")
     arms: dict[str, Arm]
@@ -189,6 +218,10 @@ class Finding(Strict):
                              "it could never be reproduced")
         return self
 
+    def model(self) -> str:
+        """The lab task's built-in model: what a `train: false` arm evaluates unless it names another."""
+        return LAB_TASKS[self.task].model
+
     def seed_list(self) -> list[int]:
         if self.seed_values:
             return list(self.seed_values)
@@ -231,7 +264,7 @@ def load_finding(name_or_path: str | Path, overrides: list[str] | None = None) -
 
 def comparison_finding(mine: str, baseline: str, *, seeds: int, first_seed: int, steps: int,
                        rollout_tokens: int | None, direction: str = "higher", metric: str = "pass@1",
-                       overrides: list[str] | None = None) -> Finding:
+                       overrides: list[str] | None = None, task: str = "countdown") -> Finding:
     """`rlvr lab compare MINE BASELINE`: does my recipe beat the baseline on the lab task, at equal budget?"""
     from rlvr.lab.metrics import is_rate
 
@@ -239,7 +272,7 @@ def comparison_finding(mine: str, baseline: str, *, seeds: int, first_seed: int,
     if names[0] == names[1]:
         names = [f"{names[0]}-mine", names[1]]
     data = {
-        "name": f"{names[0]}-vs-{names[1]}", "paper": "(your comparison)",
+        "name": f"{names[0]}-vs-{names[1]}", "paper": "(your comparison)", "task": task,
         "claim": f"{names[0]} reaches a {'higher' if direction == 'higher' else 'lower'} {metric} than "
                  f"{names[1]} at equal rollout budget",
         "arms": {names[0]: {"recipe": mine}, names[1]: {"recipe": baseline}},

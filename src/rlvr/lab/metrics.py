@@ -59,6 +59,43 @@ def length_final(run_dir: Path) -> float:
     return _window_mean(_steps(run_dir), "response_length_mean", last=True)
 
 
+def length_growth(run_dir: Path) -> float:
+    """Mean response length (tokens) of the training samples over the last steps minus over the first steps."""
+    steps = _steps(run_dir)
+    key = "response_length_mean"
+    return _window_mean(steps, key, last=True) - _window_mean(steps, key, last=False)
+
+
+def _eval_length(run_dir: Path, key: str) -> float:
+    value = _eval(run_dir).get("length", {}).get(key)
+    return float(value) if isinstance(value, (int, float)) else math.nan
+
+
+def eval_length(run_dir: Path) -> float:
+    """Mean response length (tokens) of the held-out evaluation's samples."""
+    return float(_eval(run_dir).get("mean_length", math.nan))
+
+
+def right_length(run_dir: Path) -> float:
+    """Mean length (tokens) of the held-out evaluation's right samples: the tokens a right answer costs."""
+    return _eval_length(run_dir, "right_mean")
+
+
+def wrong_length(run_dir: Path) -> float:
+    """Mean length (tokens) of the held-out evaluation's wrong samples."""
+    return _eval_length(run_dir, "wrong_mean")
+
+
+def wrong_right_length_ratio(run_dir: Path) -> float:
+    """Held-out wrong samples' mean length over right samples' (1.2: wrong answers are 20% longer)."""
+    return wrong_length(run_dir) / right_length(run_dir)
+
+
+def length_spread(run_dir: Path) -> float:
+    """Held-out response length p90 over p10 (2.0: the long tenth is at least twice the short tenth)."""
+    return _eval_length(run_dir, "p90") / _eval_length(run_dir, "p10")
+
+
 def rollout_tokens(run_dir: Path) -> float:
     """Every response token sampled, counting groups a sampler dropped."""
     steps = _steps(run_dir)
@@ -122,6 +159,12 @@ METRICS: dict[str, Callable[[Path], float]] = {
     "entropy_drop": entropy_drop,
     "wrong_length_growth": wrong_length_growth,
     "length_final": length_final,
+    "length_growth": length_growth,
+    "eval_length": eval_length,
+    "right_length": right_length,
+    "wrong_length": wrong_length,
+    "wrong_right_length_ratio": wrong_right_length_ratio,
+    "length_spread": length_spread,
     "rollout_tokens": rollout_tokens,
     "train_accuracy_final": train_accuracy_final,
     "unsolved_frac": unsolved_frac,

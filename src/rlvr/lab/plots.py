@@ -118,3 +118,35 @@ def plot_forest(suite: dict[str, Any], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
+
+
+CURVES = (("response_length_mean", "response length (tokens)"), ("accuracy", "training accuracy"))
+
+
+def plot_curves(curves: dict[str, dict[int, dict[str, list[float]]]], path: Path, title: str) -> bool:
+    """curves.png: per training arm, each seed's per-step curve (thin) and their mean (thick), one panel per
+    metric in CURVES. `curves[arm][seed][metric]` is the per-step values. False (no file) when no arm trained."""
+    if not any(seeds for seeds in curves.values()):
+        return False
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(CURVES), figsize=(5.0 * len(CURVES), 3.4), squeeze=False)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, (key, label) in zip(axes[0], CURVES):
+        for i, (arm, seeds) in enumerate(curves.items()):
+            colour = colours[i % len(colours)]
+            series = [s[key] for s in seeds.values() if s.get(key)]
+            for values in series:
+                ax.plot(range(1, len(values) + 1), values, color=colour, lw=0.6, alpha=0.35)
+            if series:
+                width = min(len(v) for v in series)
+                mean = [sum(v[t] for v in series) / len(series) for t in range(width)]
+                ax.plot(range(1, width + 1), mean, color=colour, lw=2, label=arm)
+        ax.set_xlabel("step", fontsize=8)
+        ax.set_title(label, fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{title}: per-step curves (thin: seeds; thick: their mean)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True

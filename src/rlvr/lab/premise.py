@@ -27,7 +27,7 @@ def plan_premise(finding: Finding, out: Path, arm_runs: list[SweepRun], common: 
             planned[name] = next(r for r in arm_runs if r.name == spec.arm and r.seed == seed)
             continue
         arm = PlannedArm(name, resolve_recipe(spec.recipe or "", f"premise.runs.{name}.recipe"), list(spec.overrides),
-                         None if spec.train else spec.model)
+                         None if spec.train else (spec.model or finding.model()))
         planned[name] = plan_runs([arm], [seed], out / "premise", common)[0]
     return planned
 

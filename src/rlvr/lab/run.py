@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.config import ConfigError
-from rlvr.lab.finding import LAB_COMMON, PREPARE_REF, Finding, dump_finding, resolve_recipe
+from rlvr.lab.finding import PREPARE_REF, Finding, dump_finding, lab_common, resolve_recipe
 from rlvr.lab.metrics import is_rate, run_metric
-from rlvr.lab.plots import plot_forest, plot_results
+from rlvr.lab.plots import CURVES, plot_curves, plot_forest, plot_results
 from rlvr.lab.premise import measure_premise, plan_premise, premise_line
 from rlvr.lab.stats import (
     Method, difference_interval, equivalence_power, mean_interval, paired_power, seeds_for_equivalence,
@@ -35,7 +35,7 @@ from rlvr.trainer.sweep import PlannedArm, SweepRun, plan_runs, run_sweep
 def finding_overrides(finding: Finding) -> list[str]:
     """The overrides every arm of `finding` shares: the lab's task and model, the budget, the evaluation."""
     ev = finding.eval
-    common = [*LAB_COMMON, f"train.steps={finding.steps}", f"eval.n={ev.n}", f"eval.ks={list(ev.ks)}"]
+    common = [*lab_common(finding.task), f"train.steps={finding.steps}", f"eval.n={ev.n}", f"eval.ks={list(ev.ks)}"]
     if finding.rollout_tokens is not None:
         common.append(f"train.rollout_token_budget={finding.rollout_tokens}")
     if ev.size is not None:
@@ -55,7 +55,7 @@ def plan_prepare(finding: Finding, out: Path) -> list[list[SweepRun]]:
     for name, step in finding.prepare.items():
         arm = PlannedArm(name, resolve_recipe(step.recipe, f"prepare.{name}.recipe"), _expand(step.overrides, out),
                          verb=step.command, done_file="final/config.json")
-        common = LAB_COMMON if step.command == "train" else ["logging.progress=false"]
+        common = lab_common(finding.task) if step.command == "train" else ["logging.progress=false"]
         stages.append(plan_runs([arm], finding.seed_list(), out / "prepare", common))
     return stages
 
@@ -63,7 +63,7 @@ def plan_prepare(finding: Finding, out: Path) -> list[list[SweepRun]]:
 def plan_finding(finding: Finding, out: Path) -> list[SweepRun]:
     """Every (arm, seed) run, each config validated before anything starts."""
     arms = [PlannedArm(name, resolve_recipe(arm.recipe, f"arms.{name}.recipe"), _expand(arm.overrides, out),
-                       None if arm.train else arm.model)
+                       None if arm.train else (arm.model or finding.model()))
             for name, arm in finding.arms.items()]
     return plan_runs(arms, finding.seed_list(), out, finding_overrides(finding))
 
@@ -123,8 +123,24 @@ def run_finding(finding: Finding, out: Path, *, jobs: int = 1, method: Method = 
         if not premise["met"]:
             result["verdict"] = f"premise not met (arms run anyway: {result['verdict']})"
     result["analyses"] = earlier_analyses(out, result)
+    if plot_curves(step_curves(runs), out / "curves.png", finding.name):
+        result["curves"] = "curves.png"
     write_results(result, out)
     return result
+
+
+def step_curves(runs: list[SweepRun]) -> dict[str, dict[int, dict[str, list[float]]]]:
+    """Per training arm and seed, the per-step values of the curve metrics (plots.CURVES) from metrics.jsonl."""
+    curves: dict[str, dict[int, dict[str, list[float]]]] = {}
+    for run in runs:
+        path = run.run_dir / "metrics.jsonl"
+        if run.model is not None or not path.is_file():
+            continue
+        steps = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        steps = [s for s in steps if "response_tokens" in s]  # training steps, not evaluation lines
+        curves.setdefault(run.name, {})[run.seed] = {
+            key: [float(s[key]) for s in steps if isinstance(s.get(key), (int, float))] for key, _ in CURVES}
+    return curves
 
 
 def premise_result(finding: Finding, premise: dict[str, Any], method: Method) -> dict[str, Any]:
@@ -350,7 +366,7 @@ def write_results(result: dict[str, Any], out: Path) -> None:
 
 
 def findings_listing(names: list[str]) -> list[tuple[str, ...]]:
-    """(name, arms, seeds x budget, measured minutes, premise, power at min_effect) for `rlvr lab --list`."""
+    """(name, task, arms, seeds x budget, measured minutes, premise, power at min_effect) for `rlvr lab --list`."""
     from rlvr.lab.finding import load_finding
 
     rows = []
@@ -358,7 +374,7 @@ def findings_listing(names: list[str]) -> list[tuple[str, ...]]:
         try:
             f = load_finding(name)
         except ConfigError as err:
-            rows.append((name, "(invalid)", str(err).splitlines()[-1], "", "", ""))
+            rows.append((name, "", "(invalid)", str(err).splitlines()[-1], "", "", ""))
             continue
         trains = any(a.train for a in f.arms.values())
         budget = (f"{f.steps} steps" + (f", {f.rollout_tokens:,} tokens" if f.rollout_tokens else "")
@@ -367,8 +383,8 @@ def findings_listing(names: list[str]) -> list[tuple[str, ...]]:
             budget += f"; prepared: {', '.join(f.prepare)}"
         power = power_report(f)
         premise = ("; ".join(c.text() for c in f.premise.checks) if f.premise else "none declared")
-        rows.append((f"{name} (v{f.version})", " vs ".join(f.arms), f"{f.seeds} seeds x {budget}",
-                     f"{f.minutes:.1f} min" if f.minutes is not None else "not yet run", premise,
+        rows.append((f"{name} (v{f.version})", f.task, " vs ".join(f.arms), f"{f.seeds} seeds x {budget}",
+                     f"{f.minutes:.1f} min" if f.minutes is not None else "not measured", premise,
                      f"{power['power']:.0%} (80%: {power['seeds_for_80'] or '>1000'} seeds)" if power else "no spread"))
     return rows
 
