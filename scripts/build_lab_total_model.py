@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Build the lab's second model (src/rlvr/models/builtin_lab_total/) from scratch, reproducibly, with `rlvr sft`.
 
-    OMP_NUM_THREADS=1 python scripts/build_lab_total_model.py   # the shipped build: seed 0, the defaults below
+    OMP_NUM_THREADS=2 python scripts/build_lab_total_model.py   # the shipped build: seed 0, the defaults below
 
 `model.path=builtin-lab-total` is the policy of the lab's findings on the running-total task
 (`task.name=running_total`, docs/lab.md): a small Qwen2 LM whose answers are single numbers and whose responses
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import shutil
 import sys
@@ -43,8 +44,8 @@ from rlvr.tasks.running_total import (  # noqa: E402
     HELD_OUT_SHARE, RunningTotalTask, apply_op, canonical_problem, running_total_held_out,
 )
 
-P_CAREFUL = 0.35
-SLIP = {"+": 0.12, "-": 0.16, "*": 0.24}  # per operation, hasty; careful slips at CAREFUL_SLIP times these
+P_CAREFUL = 0.2
+SLIP = {"+": 0.3, "-": 0.35, "*": 0.4}  # per operation, hasty; careful slips at CAREFUL_SLIP times these
 CAREFUL_SLIP = 0.3
 CHECK_AFTER_SLIP = 0.45
 CHECK_AFTER_RIGHT = 0.12
@@ -170,7 +171,8 @@ def main() -> None:
         "heldout_eval": {"temperature": 1.0, "n": 64, "prompts": result["num_prompts"],
                          "max_new_tokens": MAX_NEW_TOKENS,
                          **{f"pass@{k}": round(v, 4) for k, v in result["pass@k"].items()}},
-        "command": f"OMP_NUM_THREADS=1 python scripts/build_lab_total_model.py --examples {args.examples} "
+        "command": f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '(unset)')} python "
+                   f"scripts/build_lab_total_model.py --examples {args.examples} "
                    f"--steps {args.steps} --seed {args.seed}",
     }
     (args.out / "build_info.json").write_text(json.dumps(card, indent=2) + "\n")

@@ -74,6 +74,26 @@ def test_lab_runs_arms_by_seeds_and_writes_table_plot_and_verdict(tmp_path):
     assert again["arms"] == result["arms"] and again["verdict"] == result["verdict"]
 
 
+def test_a_finding_on_running_total_trains_its_model_and_measures_lengths(tmp_path):
+    """2 arms x 2 seeds x 2 steps on the second lab task: its model, its budget, the length metrics, the curves."""
+    finding = load_finding(write_finding(
+        tmp_path / "total.yaml", task="running_total", metric="eval_length", direction="higher", min_effect=1.0,
+        arms={"grpo": {"recipe": "grpo"}, "dr_grpo": {"recipe": "dr_grpo"}},
+        report=["pass@1", "right_length", "length_growth", "maj@2"],
+        common=["task={name: running_total, eval_size: 6}", *TINY[1:]]))
+    out = tmp_path / "out"
+    result = run_finding(finding, out, jobs=2)
+    assert result["failed_runs"] == [] and result["seeds"] == [7, 8]
+    cfg = yaml.safe_load((out / "runs" / "grpo" / "seed7" / "config.yaml").read_text())
+    assert cfg["model"]["path"] == "builtin-lab-total" and cfg["task"]["name"] == "running_total"
+    assert cfg["rollout"]["max_new_tokens"] == 160
+    for arm in ("grpo", "dr_grpo"):
+        assert result["arms"][arm]["eval_length"]["mean"] > 5  # tokens of a worked answer
+        assert 0.0 <= result["arms"][arm]["maj@2"]["mean"] <= 1.0
+    assert result["verdict"] in ("reproduced", "not reproduced", "inconclusive")
+    assert (out / "curves.png").stat().st_size > 0 and result["curves"] == "curves.png"
+
+
 def test_lab_cli_list_compare_plan_and_errors(tmp_path):
     rlvr = [sys.executable, "-m", "rlvr", "lab"]
     listed = subprocess.run([*rlvr, "--list"], capture_output=True, text=True, cwd=ROOT)

@@ -128,5 +128,7 @@ def test_the_teacher_writes_the_designed_mix(task):
         assert task.verify(text, record).correct is bool(stats["right"]), text
         totals.update(stats)
         totals["ramble"] += "~" in text
-    assert 0.45 <= totals["right"] / 1500 <= 0.8
+    # the designed mix is right 40.9% of the time over the build's 120,000 examples; on 1,500 the binomial sd is
+    # 1.3 points, and the check allows five of them either side
+    assert abs(totals["right"] / 1500 - 0.409) <= 5 * (0.409 * 0.591 / 1500) ** 0.5
     assert totals["checks"] and totals["fixed"] and totals["ramble"] and totals["slips"]
