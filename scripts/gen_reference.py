@@ -1,14 +1,16 @@
 #!/usr/bin/env python
 """Write the references in docs/reference/ from the code, so that they cannot go stale:
 
-    python scripts/gen_reference.py           # rewrite docs/reference/{config,components,cli}.md
+    python scripts/gen_reference.py           # rewrite docs/reference/{config,components,cli,metrics}.md
     python scripts/gen_reference.py --check   # exit 1 when a committed page differs from what the code gives
 
 - config.md: every key of a training config (the pydantic schema in src/rlvr/config/) with its type, default
   and description;
 - components.md: every registered component (tasks, rewards, advantage estimators, losses, samplers, engines,
   environments, tools, search strategies, turn budgets) with the first line of its docstring and its parameters;
-- cli.md: every `rlvr` command and flag, from the typer app.
+- cli.md: every `rlvr` command and flag, from the typer app;
+- metrics.md: every metric a run logs to metrics.jsonl and every key of an evaluation result, from
+  src/rlvr/metrics_catalog.py (tests/unit/test_metrics_catalog.py checks that real runs log nothing undeclared).
 
 tests/unit/test_docs_reference.py fails when a page is stale or a key or flag has no description.
 """
@@ -210,7 +212,29 @@ def cli_page() -> str:
     return "\n".join(lines) + "\n"
 
 
-PAGES = {"config.md": config_page, "components.md": components_page, "cli.md": cli_page}
+def metrics_page() -> str:
+    from rlvr.metrics_catalog import AREAS, entries
+
+    lines = [HEADER + "# Metrics reference", "",
+             "Every metric a run writes to `metrics.jsonl` (one JSON line per step; `rlvr train`, `rlvr sft`, "
+             "`rlvr rm`, `rlvr prm`) and every key of an evaluation result (`rlvr eval --out`, "
+             "`RUN/eval_<tag>.json`), from `src/rlvr/metrics_catalog.py`. A `{name}` part stands for one path "
+             "segment: `reward/{component}` is `reward/correctness` in a run with the correctness reward. "
+             "A metric appears only when its feature is on (a sampler's, an agent's, a teacher's ...).", ""]
+    by_area: dict[str, list] = {}
+    for e in entries():
+        by_area.setdefault(e.area, []).append(e)
+    for area, title in AREAS.items():
+        rows = by_area.get(area, [])
+        if not rows:
+            continue
+        lines += ["", f"## {title}", "", "| key | unit | description |", "|---|---|---|"]
+        lines += [f"| `{_cell(e.key)}` | {_cell(e.unit)} | {_cell(e.description)} |" for e in rows]
+    return "\n".join(lines) + "\n"
+
+
+PAGES = {"config.md": config_page, "components.md": components_page, "cli.md": cli_page,
+         "metrics.md": metrics_page}
 
 
 def main() -> None:
