@@ -26,7 +26,7 @@ except ImportError:  # pragma: no cover
     import click
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "docs" / "how-to").glob("*.md"))]
 RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
 SUBCOMMANDS = {"train", "sft", "rm", "prm", "eval", "config", "sweep", "report", "compare", "lab"}
 # how the docs spell a placeholder -> a stand-in that parses (recipes and models resolve to shipped ones)
