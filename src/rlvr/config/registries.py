@@ -122,7 +122,7 @@ def _algorithm_problems(cfg: Config) -> list[str]:
     if "token_rm_scores" in adv_inputs and cfg.model.token_rm_path is None:
         problems.append(f"model.token_rm_path: the '{a.advantage.name}' advantage weights tokens by a token-level "
                         "reward model; set model.token_rm_path to one (final/ of `rlvr prm` with loss.type=oreal, "
-                        "e.g. recipes/token_rm_oreal.yaml); see docs/reward-models.md")
+                        "e.g. recipes/prm_oreal.yaml); see docs/reward-models.md")
     if a.loss.name in LOSSES and "teacher_logits" in tensor_inputs(LOSSES.get(a.loss.name)):
         problems += _full_logits_problems(cfg)
     if "values" in adv_inputs and a.critic is None:
