@@ -94,3 +94,14 @@ def test_step_curves_read_training_steps_and_plot(tmp_path):
     assert curves["grpo"][1]["accuracy"] == pytest.approx([0.1, 0.2, 0.3])
     assert plot_curves(curves, out / "curves.png", "tiny") and (out / "curves.png").stat().st_size > 0
     assert plot_curves({}, out / "none.png", "tiny") is False and not (out / "none.png").exists()
+
+
+def test_the_cli_refuses_an_unknown_task_and_a_task_on_a_named_finding():
+    from typer.testing import CliRunner
+
+    from rlvr.cli import app
+
+    bad = CliRunner().invoke(app, ["lab", "compare", "recipes/dr_grpo.yaml", "grpo", "--task", "addition"])
+    assert bad.exit_code != 0 and "--task: expected one of countdown, running_total" in bad.output
+    named = CliRunner().invoke(app, ["lab", "ttrl", "--task", "countdown"])
+    assert named.exit_code != 0 and "a finding names its task" in named.output
