@@ -121,26 +121,26 @@ def mean_reward(run_dir: Path) -> float:
     return float(result.get("mean_reward", result.get("accuracy", math.nan)))
 
 
-def _train_steps(run_dir: Path) -> list[dict[str, Any]]:
+def train_steps(run_dir: Path) -> list[dict[str, Any]]:
     return [s for s in _steps(run_dir) if "response_tokens" in s]  # evaluation lines carry no rollout
 
 
 def updates(run_dir: Path) -> float:
     """Optimizer steps taken: training steps less those skipped (e.g. a batch with no signal)."""
-    steps = _train_steps(run_dir)
+    steps = train_steps(run_dir)
     return float(len(steps) - sum(s.get("skipped_optimizer_steps", 0.0) for s in steps))
 
 
 def _sum(key: str) -> Callable[[Path], float]:
     def total(run_dir: Path) -> float:
-        return float(sum(s.get(key, 0.0) for s in _train_steps(run_dir)))
+        return float(sum(s.get(key, 0.0) for s in train_steps(run_dir)))
     total.__doc__ = f"The run's total of the per-step `{key}`."
     return total
 
 
 def zero_std_frac(run_dir: Path) -> float:
     """Mean share of a step's groups whose rewards are all equal (no signal for a group-relative advantage)."""
-    values = [s["zero_std_frac"] for s in _train_steps(run_dir) if isinstance(s.get("zero_std_frac"), (int, float))]
+    values = [s["zero_std_frac"] for s in train_steps(run_dir) if isinstance(s.get("zero_std_frac"), (int, float))]
     return statistics.fmean(values) if values else math.nan
 
 

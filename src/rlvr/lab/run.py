@@ -20,7 +20,7 @@ from typing import Any
 
 from rlvr.config import ConfigError
 from rlvr.lab.finding import PREPARE_REF, Finding, dump_finding, lab_common, resolve_recipe
-from rlvr.lab.metrics import is_rate, run_metric
+from rlvr.lab.metrics import is_rate, run_metric, train_steps
 from rlvr.lab.plots import CURVES, plot_curves, plot_forest, plot_results
 from rlvr.lab.premise import measure_premise, plan_premise, premise_line
 from rlvr.lab.stats import (
@@ -133,11 +133,9 @@ def step_curves(runs: list[SweepRun]) -> dict[str, dict[int, dict[str, list[floa
     """Per training arm and seed, the per-step values of the curve metrics (plots.CURVES) from metrics.jsonl."""
     curves: dict[str, dict[int, dict[str, list[float]]]] = {}
     for run in runs:
-        path = run.run_dir / "metrics.jsonl"
-        if run.model is not None or not path.is_file():
+        if run.model is not None or not (run.run_dir / "metrics.jsonl").is_file():
             continue
-        steps = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        steps = [s for s in steps if "response_tokens" in s]  # training steps, not evaluation lines
+        steps = train_steps(run.run_dir)  # training steps, not evaluation lines
         curves.setdefault(run.name, {})[run.seed] = {
             key: [float(s[key]) for s in steps if isinstance(s.get(key), (int, float))] for key, _ in CURVES}
     return curves
