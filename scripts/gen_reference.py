@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Write the references in docs/reference/ from the code, so that they cannot go stale:
 
-    python scripts/gen_reference.py           # rewrite docs/reference/{config,components,cli,metrics}.md
+    python scripts/gen_reference.py           # rewrite docs/reference/{config,components,cli,metrics,run-directory}.md
     python scripts/gen_reference.py --check   # exit 1 when a committed page differs from what the code gives
 
 - config.md: every key of a training config (the pydantic schema in src/rlvr/config/) with its type, default
@@ -11,6 +11,8 @@
 - cli.md: every `rlvr` command and flag, from the typer app;
 - metrics.md: every metric a run logs to metrics.jsonl and every key of an evaluation result, from
   src/rlvr/metrics_catalog.py (tests/unit/test_metrics_catalog.py checks that real runs log nothing undeclared).
+- run-directory.md: every file a run directory holds, from src/rlvr/run_files.py (tests/unit/test_run_files.py
+  checks a real run's directory against it).
 
 tests/unit/test_docs_reference.py fails when a page is stale or a key or flag has no description.
 """
@@ -233,8 +235,24 @@ def metrics_page() -> str:
     return "\n".join(lines) + "\n"
 
 
+def run_directory_page() -> str:
+    from rlvr.run_files import AREAS, RUN_FILES
+
+    lines = [HEADER + "# Run-directory reference", "",
+             "Every file and directory rlvr writes into a run directory (`run.dir`, by default "
+             "`runs/<name>-<timestamp>`), from `src/rlvr/run_files.py`. `{name}` stands for a variable part; a "
+             "directory marked *(all of it)* is described as a whole (a Hugging Face model directory, a metric "
+             "sink's own files).", ""]
+    for area, title in AREAS.items():
+        rows = [f for f in RUN_FILES if f.area == area]
+        lines += ["", f"## {title}", "", "| path | written | contents |", "|---|---|---|"]
+        lines += [f"| `{_cell(f.path)}`{' *(all of it)*' if f.opaque else ''} | {_cell(f.when)} | "
+                  f"{_cell(f.description)} |" for f in rows]
+    return "\n".join(lines) + "\n"
+
+
 PAGES = {"config.md": config_page, "components.md": components_page, "cli.md": cli_page,
-         "metrics.md": metrics_page}
+         "metrics.md": metrics_page, "run-directory.md": run_directory_page}
 
 
 def main() -> None:
