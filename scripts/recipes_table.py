@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""Regenerate the recipes table in docs/recipes.md from the recipes' header comments.
+"""Regenerate the recipes table in docs/reference/recipes.md from the recipes' header comments.
 
-    python scripts/recipes_table.py          # rewrite the table between the markers in docs/recipes.md
+    python scripts/recipes_table.py          # rewrite the table between the markers in docs/reference/recipes.md
     python scripts/recipes_table.py --check  # exit 1 if the table is out of date (the tests run this)
 
 Each recipe opens with a comment: `# NAME — Authors, "Title", arXiv:XXXX.XXXXX.` then `# Knobs: ...`. The
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DOC = ROOT / "docs" / "recipes.md"
+DOC = ROOT / "docs" / "reference" / "recipes.md"
 BEGIN, END = "<!-- recipes-table:begin -->", "<!-- recipes-table:end -->"
 KNOBS_CHARS = 170
 
@@ -43,7 +43,7 @@ def row(path: Path) -> str:
     if arxiv:
         paper += f", [arXiv:{arxiv.group(1)}](https://arxiv.org/abs/{arxiv.group(1)})"
     knobs = knobs.replace("|", "\\|")
-    return f"| [`{path.stem}`](../recipes/{path.name}) | {method} | {paper} | {knobs} |"
+    return f"| [`{path.stem}`](../../recipes/{path.name}) | {method} | {paper} | {knobs} |"
 
 
 def table() -> str:
@@ -61,13 +61,13 @@ def render(doc: str) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--check", action="store_true", help="fail if docs/recipes.md is out of date")
+    ap.add_argument("--check", action="store_true", help="fail if docs/reference/recipes.md is out of date")
     args = ap.parse_args()
     doc = DOC.read_text()
     new = render(doc)
     if args.check:
         if new != doc:
-            print("docs/recipes.md is out of date: run python scripts/recipes_table.py", file=sys.stderr)
+            print("docs/reference/recipes.md is out of date: run python scripts/recipes_table.py", file=sys.stderr)
             sys.exit(1)
         return
     DOC.write_text(new)

@@ -271,6 +271,10 @@ def _doc(fragment: str) -> DocCommand:
     ("rlvr eval builtin --n 8 --k 1,8 task.digits=[3,4]", ["--size", "2", "rollout.max_new_tokens=8"]),
     # the own-model tutorial's CPU check: the user's data, the example reward, the GPU recipe on builtin
     ("run.dir=runs/own-model-smoke", ["train.steps=1", "eval.before=false"]),
+    # the test-an-idea tutorial's recipe, whose plugin registers the estimator it names
+    ("rlvr train examples/recipes/mean_baseline.yaml", TINY),
+    # the LoRA how-to's command (peft is a test extra)
+    ("'model.lora={r: 16, alpha: 32}' run.dir=runs/lora1", TINY),
 ])
 def test_cheap_documented_commands_run(fragment: str, extra: list[str], tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(ROOT)
