@@ -79,24 +79,27 @@ RUN_FILES: tuple[RunFile, ...] = (
     RunFile("rm_eval.json", "models", "`rlvr rm`, at the end",
             "The reward model's held-out pairwise accuracy and margin, before and after training "
             "([reward-models.md](../reward-models.md))."),
-    RunFile("prm_eval.json", "models", "`rlvr prm`, at the end", "The process reward model's fit on held-out solutions, before and after training."),
+    RunFile("prm_eval.json", "models", "`rlvr prm`, at the end",
+            "The process reward model's fit on held-out solutions, before and after training."),
     RunFile("token_rm_eval.json", "models", "`rlvr prm` with `loss.type: oreal`, at the end",
             "The token-level reward model's fit on held-out solutions, before and after training."),
-    RunFile("labels.jsonl", "models", "`rlvr prm`", "The sampled solutions it trained on, with their step labels (`loss.type: oreal`: their outcomes); "
+    RunFile("labels.jsonl", "models", "`rlvr prm`",
+            "The sampled solutions it trained on, with their step labels (`loss.type: oreal`: their outcomes); "
             "`label.path` reuses such a file."),
     RunFile("tensorboard/", "optional", "`logging.sinks` has `tensorboard`", "TensorBoard event files.",
             opaque=True),
     RunFile("wandb/", "optional", "`logging.sinks` has `wandb`", "The offline Weights & Biases run.", opaque=True),
     RunFile("mlruns/", "optional", "`logging.sinks` has `mlflow`", "The local MLflow file store.", opaque=True),
-    RunFile("search_{name}.json", "optional", "you, with `rlvr eval ... search.name=... --out RUN_DIR/search_<name>.json`",
+    RunFile("search_{name}.json", "optional",
+            "you, with `rlvr eval ... search.name=... --out RUN_DIR/search_<name>.json`",
             "A test-time search result; the report plots it ([search.md](../search.md))."),
 )
+
+
+_PATTERNS = tuple((entry, entry.regex()) for entry in RUN_FILES)
 
 
 def declared(relpath: str) -> RunFile | None:
     """The entry that covers `relpath` (a path relative to the run directory, `/`-separated), or None."""
     path = relpath.strip("/")
-    for entry in RUN_FILES:
-        if entry.regex().match(path):
-            return entry
-    return None
+    return next((entry for entry, pattern in _PATTERNS if pattern.match(path)), None)
